@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The test command (README "Set-up"; CI runs exactly this on a fresh clone).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ ! -x .venv/bin/python ]; then python3 -m venv .venv; fi
+. .venv/bin/activate
+python -m pip install -q --upgrade pip
+python -m pip install -q -e ".[dev]"
+export EP_NO_UPLOAD=1 LITELLM_LOCAL_MODEL_COST_MAP=True EP_DISABLE_AUTO_BROWSER=1 OPENAI_API_KEY=dummy
+unset FIREWORKS_API_KEY
+python -m pytest -q

@@ -1,0 +1,50 @@
+"""``spectrum-rft``: one command, several jobs. Each subcommand lives in its own module (imported on
+demand, so ``spectrum-rft audit`` does not pay for torch or the Fireworks SDK)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# name -> ("module:function taking argv", one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "audit": ("spectrum_policies:audit_main", "reward audit: scripted policies vs a preset and reward"),
+    "dataset": ("make_spectrum_dataset:main", "write a dataset (same as make_spectrum_dataset.py)"),
+    "eval": ("spectrum_eval:main", "run the evaluator offline on baseline policies or a model"),
+    "serve-local": ("spectrum_local:main", "serve SmolLM2-135M with llama.cpp on 127.0.0.1"),
+    "bench90": ("spectrum_bench90:main", "evaluate a model on the CLBench-style 90-scan schedule"),
+    "launch": ("spectrum_launch:main", "launch a Fireworks RFT job (dataset, evaluator, job)"),
+    "report": ("spectrum_report:main", "per-epoch analysis of evaluated rows"),
+    "train": ("spectrum_train:main", "local GRPO trainer (LoRA, score centring)"),
+    "train-report": ("spectrum_train_report:main", "compare training runs: peak/final accuracy, verdict"),
+}
+
+
+def usage() -> str:
+    lines = ["usage: spectrum-rft COMMAND [options]   (spectrum-rft COMMAND --help for each)", "", "commands:"]
+    lines += [f"  {name:<13} {help_}" for name, (_, help_) in COMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0
+    cmd, rest = argv[0], argv[1:]
+    if cmd not in COMMANDS:
+        print(f"spectrum-rft: unknown command {cmd!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    module, func = COMMANDS[cmd][0].split(":")
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name == module:
+            print(f"spectrum-rft {cmd}: not available in this checkout ({module}.py is missing)", file=sys.stderr)
+            return 2
+        raise
+    return int(getattr(mod, func)(rest) or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,75 @@
+"""Which messages the model sees: one pure function shared by both rollout paths.
+
+* ``icl``: the whole conversation.
+* every other memory mode (``none``, ``notepad``, ``scaffold``, ``scrambled``): the ICL-off window, i.e.
+  the system message + the message carrying the current scan + this scan's own tool traffic. Its only
+  memory across scans is then what the environment puts into the scan (scaffold echo) or the notepad.
+
+A scan is recognised by the environment's scan header (``Scan k/N | band ...``) in a ``user`` message
+(in-process path) or a ``tool`` message (MCP path: the scan arrives as the result of the previous
+``submit_report``). Only those roles count, so a model cannot move the window by typing a header. On the
+MCP path the window starts at the assistant message whose tool call returned the scan, so every tool
+result in the window still follows the call it answers (the chat API rejects orphaned tool results).
+
+``<think>…</think>`` blocks are removed from assistant messages in every mode: they are the model's
+scratch work, not memory, and they would blow the context of an ICL run.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Sequence, TypeVar
+
+M = TypeVar("M")
+
+SCAN_HEADER = re.compile(r"^Scan \d+/\d+ \| band ", re.M)
+_THINK = re.compile(r"<think>.*?(</think>\s*|$)", re.S)
+
+
+def _get(msg: Any, key: str) -> Any:
+    return msg.get(key) if isinstance(msg, dict) else getattr(msg, key, None)
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts
+        return "".join(str(_get(p, "text") or "") for p in content)
+    return ""
+
+
+def strip_think(text: str) -> str:
+    """Remove ``<think>…</think>`` blocks (and an unclosed trailing one)."""
+    return _THINK.sub("", text) if "<think>" in text else text
+
+
+def _without_think(msg: M) -> M:
+    content = _get(msg, "content")
+    if _get(msg, "role") != "assistant" or not isinstance(content, str) or "<think>" not in content:
+        return msg
+    new = strip_think(content)
+    if isinstance(msg, dict):
+        return {**msg, "content": new}  # type: ignore[return-value]
+    return msg.model_copy(update={"content": new})  # type: ignore[attr-defined]
+
+
+def is_scan_message(msg: Any) -> bool:
+    return _get(msg, "role") in ("user", "tool") and SCAN_HEADER.search(_text(_get(msg, "content"))) is not None
+
+
+def window(messages: Sequence[M], memory_mode: str) -> list[M]:
+    """The messages to send to the model for ``memory_mode`` (inputs are never modified)."""
+    msgs = list(messages)
+    if memory_mode != "icl":
+        start = next((i for i in range(len(msgs) - 1, -1, -1) if is_scan_message(msgs[i])), None)
+        if start is not None:
+            if _get(msgs[start], "role") == "tool":
+                # back up to the assistant message that issued this tool call
+                j = start - 1
+                while j >= 0 and _get(msgs[j], "role") == "tool":
+                    j -= 1
+                if j >= 0 and _get(msgs[j], "role") == "assistant":
+                    start = j
+            head = [m for m in msgs[:start] if _get(m, "role") == "system"][:1]
+            msgs = head + msgs[start:]
+    return [_without_think(m) for m in msgs]
