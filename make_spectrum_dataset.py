@@ -23,7 +23,8 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable
 
-from spectrum_adapter import MEMORY_MODES, PRESETS, PROMPT_VARIANTS, EnvConfig, row_seed
+from spectrum_adapter import MEMORY_MODES, PRESETS, PROMPT_VARIANTS, EnvConfig, env_for_row, row_seed
+from spectrum_policies import register_truth
 
 USER_PROMPT_TEMPLATE = "{observation}"
 FIRST_USER_MESSAGE = "Begin monitoring. The first scan follows."
@@ -85,6 +86,10 @@ def dataset_adapter(rows: Iterable[dict]) -> list:
         else:
             raise ValueError(f"dataset row {i}: neither a raw spectrum row (id, environment_context) nor an "
                              "EvaluationRow (messages, input_metadata)")
+    for row in out:  # the privileged oracle model looks bands up by scan content
+        env, seed = env_for_row(row.input_metadata.row_id or "", row.input_metadata.dataset_info)
+        env.reset(seed)
+        register_truth(env)
     return out
 
 

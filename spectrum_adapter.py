@@ -31,8 +31,10 @@ import numpy as np
 
 import spectrum_reward as sr
 
-MemoryMode = Literal["none", "icl", "notepad", "scaffold", "scrambled"]
-MEMORY_MODES: tuple[str, ...] = ("none", "icl", "notepad", "scaffold", "scrambled")
+MemoryMode = Literal["none", "icl", "notepad", "scaffold", "scrambled", "icl_notepad"]
+# icl_notepad is CLBench's: context cleared every scan, a notepad shown with each scan that the model
+# replaces through submit_report's ``notepad_update`` field.
+MEMORY_MODES: tuple[str, ...] = ("none", "icl", "notepad", "scaffold", "scrambled", "icl_notepad")
 PROMPT_VARIANTS: tuple[str, ...] = ("explicit", "weak", "notepad-vague", "notepad-explicit")
 TEMPLATE_DIR = Path(__file__).resolve().parent / "spectrum_templates"
 
@@ -99,7 +101,9 @@ class Preset(Protocol):
     report_width: float | None  # fixed reported width, or None when reports carry bandwidths
     default_width: float  # width used for a report without bandwidths when report_width is None
 
-    def generate(self, rng: np.random.Generator) -> Episode: ...
+    def episode(self, seed: int) -> Episode:
+        """The whole episode for a seed (band, truth and every scan)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -135,6 +139,9 @@ class RoundRobinPreset:
     max_regions: int = 16
     report_width: float | None = 8.0
     default_width: float = 8.0
+
+    def episode(self, seed: int) -> Episode:
+        return self.generate(np.random.default_rng(seed))
 
     def draw_centres(self, rng: np.random.Generator) -> np.ndarray:
         """``n`` sorted centres, pairwise >= ``min_spacing`` apart, uniform over all valid layouts.
@@ -293,6 +300,12 @@ def tool_schemas(memory_mode: str, preset: str = "default") -> list[dict]:
             + (f" Ignored on this band: every region is {p.report_width:g} MHz wide." if p.report_width else ""),
         },
     }
+    if memory_mode == "icl_notepad":
+        report_props["notepad_update"] = {
+            "type": "string",
+            "description": "Optional: replaces your notepad, which is shown to you with every later scan "
+            "(your only memory across scans).",
+        }
     tools = [
         {
             "type": "function",
@@ -473,7 +486,7 @@ class SpectrumEnv:
         if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
             raise ValueError(f"seed must be a non-negative int, got {seed!r}")
         seed = int(seed)
-        ep = self.preset.generate(np.random.default_rng(seed))
+        ep = self.preset.episode(seed)
         truth_merged = sr.clip(sr.merge(sr.regions([c for c, _ in ep.truth], [w for _, w in ep.truth])), *ep.band)
         scramble = np.random.default_rng([seed, 0x5C4A]) if self.config.memory_mode == "scrambled" else None
         self._s = _State(ep, seed, truth_merged, scramble=scramble)
@@ -510,13 +523,26 @@ class SpectrumEnv:
         """Run one tool call from the model. Never raises for bad model input."""
         s = self._require_open()
         if name == "submit_report":
+            if isinstance(arguments, (str, bytes)):
+                try:
+                    arguments = json.loads(arguments)
+                except (ValueError, RecursionError) as e:
+                    self._fault("invalid_report")
+                    msg = f"arguments are not valid JSON: {str(e)[:80]}"
+                    return ToolResult(f"Error: {msg}. The scan is still open; call submit_report again.",
+                                      ok=False, error=msg)
+            note = None
+            if self.config.memory_mode == "icl_notepad" and isinstance(arguments, dict) and "notepad_update" in arguments:
+                note = self._set_notepad(arguments["notepad_update"])
             obs, reward, _, _, info = self.step(arguments)
             if not info["advanced"]:
                 return ToolResult(f"Error: {info['error']}. The scan is still open; call submit_report again.",
                                   ok=False, error=info["error"])
             text = _templates().get_template("feedback.j2").render(scan=info["scan"], n_scans=self.n_scans,
-                                                                   done=self.done)
-            return ToolResult(text.strip(), ok=True, advanced=True, reward=reward)
+                                                                   done=self.done).strip()
+            if note is not None and not note.ok:
+                text += f" (notepad not updated: {note.error})"
+            return ToolResult(text, ok=True, advanced=True, reward=reward)
         if name in ("notepad_read", "notepad_write"):
             if self.config.memory_mode != "notepad":
                 self._fault("notepad_unavailable")
@@ -531,22 +557,28 @@ class SpectrumEnv:
                     args = json.loads(args)
                 except (ValueError, RecursionError):
                     args = None
-            text = args.get("text") if isinstance(args, dict) else None
-            if not isinstance(text, str):
-                self._fault("invalid_notepad_write")
-                return ToolResult("Error: notepad_write needs a string argument `text`.", ok=False,
-                                  error="invalid_notepad_write")
-            cap = self.config.notepad_chars
-            if len(text) > cap:
-                self._fault("notepad_too_long")
-                return ToolResult(f"Error: notepad text is {len(text)} characters; the limit is {cap}. "
-                                  "The notepad was not changed.", ok=False, error="notepad_too_long")
-            s.notepad = text
-            return ToolResult(f"Notepad saved ({len(text)}/{cap} characters).", ok=True)
+            return self._set_notepad(args.get("text") if isinstance(args, dict) else None)
         self._fault("unknown_tool")
         shown = str(name)[:40]
         return ToolResult(f"Error: unknown tool {shown!r}. Available: "
                           + ", ".join(t["function"]["name"] for t in self.tools()), ok=False, error="unknown_tool")
+
+    def _set_notepad(self, text: Any) -> ToolResult:
+        """Replace the notepad. Too long or not a string: refused, the old notepad is kept."""
+        s = self._s
+        assert s is not None
+        if not isinstance(text, str):
+            self._fault("invalid_notepad_write")
+            return ToolResult("Error: the notepad text must be a string. The notepad was not changed.", ok=False,
+                              error="notepad text must be a string")
+        cap = self.config.notepad_chars
+        if len(text) > cap:
+            self._fault("notepad_too_long")
+            return ToolResult(f"Error: notepad text is {len(text)} characters; the limit is {cap}. "
+                              "The notepad was not changed.", ok=False,
+                              error=f"notepad text is {len(text)} characters; the limit is {cap}")
+        s.notepad = text
+        return ToolResult(f"Notepad saved ({len(text)}/{cap} characters).", ok=True)
 
     def end_model_turn(self, advanced: bool) -> bool:
         """Count one model call against the open scan's budget. After ``max_calls_per_scan`` calls without
@@ -605,9 +637,10 @@ class SpectrumEnv:
         ep = s.episode
         scan = ep.scans[index]
         echo = self._echo if index == s.scan else None
+        notepad = s.notepad if self.config.memory_mode == "icl_notepad" and index == s.scan else None
         return _templates().get_template("scan.j2").render(
             k=index + 1, n=self.n_scans, band=ep.band, noise_floor=ep.noise_floor, peaks=scan.peaks,
-            note=scan.note, echo=echo, max_regions=self.preset.max_regions,
+            note=scan.note, echo=echo, notepad=notepad, max_regions=self.preset.max_regions,
         ).strip()
 
     def truth(self) -> list[tuple[float, float]]:

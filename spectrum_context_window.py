@@ -57,9 +57,34 @@ def is_scan_message(msg: Any) -> bool:
     return _get(msg, "role") in ("user", "tool") and SCAN_HEADER.search(_text(_get(msg, "content"))) is not None
 
 
-def window(messages: Sequence[M], memory_mode: str) -> list[M]:
-    """The messages to send to the model for ``memory_mode`` (inputs are never modified)."""
+def approx_tokens(msg: Any) -> int:
+    """A cheap token estimate (4 characters a token, tool calls included)."""
+    n = len(_text(_get(msg, "content")))
+    for tc in _get(msg, "tool_calls") or []:
+        fn = _get(tc, "function")
+        n += len(str(_get(fn, "arguments") or "")) + len(str(_get(fn, "name") or ""))
+    return n // 4 + 4
+
+
+def window(messages: Sequence[M], memory_mode: str, token_budget: int | None = None) -> list[M]:
+    """The messages to send to the model for ``memory_mode`` (inputs are never modified).
+
+    ``token_budget`` (``icl`` only): drop the oldest turns, a whole scan at a time, until the estimate
+    fits; the system message and the current scan are always kept.
+    """
     msgs = list(messages)
+    if memory_mode == "icl" and token_budget is not None:
+        head = [m for m in msgs[:1] if _get(m, "role") == "system"]
+        body = msgs[len(head):]
+        total = sum(map(approx_tokens, msgs))
+        while total > token_budget:
+            # the next turn boundary: the second user message of the body (a scan or a prompt)
+            cut = next((i for i in range(1, len(body)) if _get(body[i], "role") == "user"), None)
+            if cut is None:
+                break
+            total -= sum(map(approx_tokens, body[:cut]))
+            body = body[cut:]
+        msgs = head + body
     if memory_mode != "icl":
         start = next((i for i in range(len(msgs) - 1, -1, -1) if is_scan_message(msgs[i])), None)
         if start is not None:

@@ -1,0 +1,171 @@
+"""The scripted reference policies served as litellm models: ``{"model": "spectrum/accumulate"}``.
+
+Both rollout paths and both ``@evaluation_test`` entries then run a baseline exactly like a real model:
+through ``litellm.acompletion``, reading only the messages they are sent, answering with tool calls. So a
+baseline measured locally is measured by the same machinery the cloud uses for the trained model.
+
+Call :func:`register` once (the evaluation entries and ``spectrum-rft eval`` do) to make the
+``spectrum/`` provider known to litellm; it is explicit, never done at import.
+
+What each model does with the messages it is sent:
+
+* It reads every scan it can see (``user`` or ``tool`` messages with the scan header), oldest first, and
+  plays the named policy of :mod:`spectrum_policies` on them. With an ICL-off window it sees one scan,
+  so ``spectrum/accumulate`` is only as good as the memory channel the environment offers (the scaffold
+  echo, the notepad, or the full ICL history): exactly what a memory arm measures.
+* With notepad tools it calls ``notepad_read`` first, then ``notepad_write`` + ``submit_report``;
+  with a ``notepad_update`` field (``icl_notepad``) it fills it. Notepad text is read as remembered centres.
+* When no scan is open (the last message is a scan's acknowledgement) it answers in plain text.
+* ``spectrum/oracle`` is PRIVILEGED: it looks the band up by the scan's content in the truth registry of
+  :mod:`spectrum_policies`, filled by the dataset adapter. Labelled so in every table.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from typing import Any
+
+import litellm
+from litellm import CustomLLM, ModelResponse
+
+import spectrum_policies as sp
+from spectrum_context_window import is_scan_message
+
+PROVIDER = "spectrum"
+_NUM = re.compile(r"-?\d+(?:\.\d+)?")
+_NOTEPAD = re.compile(r"^Your notepad: (.*)$", re.M)
+
+
+def _get(msg: Any, key: str) -> Any:
+    return msg.get(key) if isinstance(msg, dict) else getattr(msg, key, None)
+
+
+def _tool_names(tools: list | None) -> set[str]:
+    out = set()
+    for t in tools or []:
+        fn = _get(t, "function") or {}
+        name = _get(fn, "name")
+        if name:
+            out.add(name)
+    return out
+
+
+def _has_notepad_update(tools: list | None) -> bool:
+    for t in tools or []:
+        fn = _get(t, "function") or {}
+        if _get(fn, "name") == "submit_report":
+            return "notepad_update" in ((_get(fn, "parameters") or {}).get("properties") or {})
+    return False
+
+
+def _centres_from_text(text: str) -> list[float]:
+    return [float(x) for x in _NUM.findall(text or "")]
+
+
+def decide(policy_name: str, messages: list, tools: list | None) -> tuple[str, list[dict]]:
+    """What the named policy answers to ``messages``: (text, tool calls as (name, arguments) dicts)."""
+    scans: list[tuple[int, sp.ParsedScan]] = []
+    for i, m in enumerate(messages):
+        if is_scan_message(m):
+            parsed = sp.parse_scan(m["content"] if isinstance(m.get("content"), str) else "")
+            if parsed is not None:
+                scans.append((i, parsed))
+    if not scans:
+        return "I see no scan to report on.", []
+    last_idx, current = scans[-1]
+    after = messages[last_idx + 1:]
+    # Has this scan already been reported? (an acknowledgement after it, with no newer scan)
+    if any(_get(m, "role") == "tool" and "recorded" in str(_get(m, "content") or "") for m in after):
+        return "All scans so far are reported.", []
+
+    names = _tool_names(tools)
+    notepad_tools = {"notepad_read", "notepad_write"} <= names
+    notepad_text: str | None = None
+    if notepad_tools:
+        reads = [m for m in after if _get(m, "role") == "tool" and _get(m, "name") == "notepad_read"]
+        if not reads:
+            # find a read result by tool_call id when the transport does not set ``name``
+            ids = {tc["id"] for m in after if _get(m, "role") == "assistant"
+                   for tc in (_get(m, "tool_calls") or []) if (tc.get("function") or {}).get("name") == "notepad_read"}
+            reads = [m for m in after if _get(m, "role") == "tool" and _get(m, "tool_call_id") in ids]
+        if not reads:
+            return "", [{"name": "notepad_read", "arguments": {}}]
+        notepad_text = str(_get(reads[-1], "content") or "")
+    elif _has_notepad_update(tools):
+        m = _NOTEPAD.search(current_text := str(_get(messages[last_idx], "content") or ""))
+        notepad_text = m.group(1) if m and not m.group(1).startswith("(") else ""
+        del current_text
+
+    history = [p for _, p in scans]
+    if policy_name == "oracle":
+        truth = sp.lookup_truth(messages[last_idx]["content"])
+        if truth is None:
+            return "oracle: this band is not in the truth registry (rows must pass through the dataset adapter)", []
+        action = sp.oracle_report(truth)
+    else:
+        policy = sp.make_policy(policy_name)
+        assert policy is not None
+        if notepad_text is not None and policy_name == "accumulate":
+            remembered = _centres_from_text(notepad_text)
+            if remembered:
+                history = [sp.ParsedScan(0, current.n_scans, current.band, [], remembered, current.max_regions),
+                           *history]
+        action = policy.act_on(history)
+    calls = []
+    if notepad_tools:
+        calls.append({"name": "notepad_write",
+                      "arguments": {"text": ", ".join(f"{c:.1f}" for c in action["center_freqs"])}})
+    elif _has_notepad_update(tools):
+        action = {**action, "notepad_update": ", ".join(f"{c:.1f}" for c in action["center_freqs"])}
+    calls.append({"name": "submit_report", "arguments": action})
+    return "", calls
+
+
+def _response(model: str, text: str, calls: list[dict]) -> ModelResponse:
+    tool_calls = [
+        {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
+         "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])}}
+        for c in calls
+    ]
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    return ModelResponse(
+        id=f"spectrum-{uuid.uuid4().hex[:12]}",
+        created=int(time.time()),
+        model=f"{PROVIDER}/{model}",
+        choices=[{"index": 0, "message": message, "finish_reason": "tool_calls" if tool_calls else "stop"}],
+        usage={"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+    )
+
+
+class SpectrumPolicyLLM(CustomLLM):
+    """litellm handler for ``spectrum/<policy>`` models."""
+
+    def completion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> ModelResponse:
+        optional = kwargs.get("optional_params") or (args[7] if len(args) > 7 else {}) or {}
+        name = model.split("/", 1)[-1]
+        sp.make_policy(name)  # unknown names fail loudly
+        text, calls = decide(name, messages, optional.get("tools"))
+        return _response(name, text, calls)
+
+    async def acompletion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> ModelResponse:
+        return self.completion(model, messages, *args, **kwargs)
+
+
+_HANDLER = SpectrumPolicyLLM()
+
+
+def register() -> None:
+    """Make ``spectrum/<policy>`` models known to litellm (idempotent)."""
+    if not any(p.get("provider") == PROVIDER for p in litellm.custom_provider_map):
+        litellm.custom_provider_map = [*litellm.custom_provider_map,
+                                       {"provider": PROVIDER, "custom_handler": _HANDLER}]
+        litellm.utils.custom_llm_setup()
+
+
+def is_policy_model(model: str | None) -> bool:
+    return bool(model) and str(model).startswith(f"{PROVIDER}/")
