@@ -1,0 +1,413 @@
+"""bench90: a model on the CLBench-style 90-scan schedule, as a preset of our environment.
+
+CLBench (``blind_spectrum_monitoring``) is not installable here and its corpus may not be redistributed,
+so the schedule is re-implemented from its published facts (``docs/BENCH90.md`` lists them and every
+choice the facts leave open). One band, 13 fixed channels, 90 scans in three stages of 30, five runs::
+
+    spectrum-rft bench90 --model spectrum/memoryless --system stateless --json
+    spectrum-rft bench90 --model accounts/me/models/m --system icl --runs 5
+
+Pieces, in the order a reader needs them:
+
+* the schedule: :data:`CHANNELS`, :data:`STAGES`, :func:`stage_scans` (a stage's 30 scans in canonical
+  order, from the stage seed), :func:`run_order` (which canonical scan is played at each position);
+* :data:`BENCH90`, the :class:`spectrum_adapter.Preset` (``episode(seed)`` reads ``seed`` as the run
+  index 0..4), which ``get_preset("bench90")`` returns;
+* the runners: scripted ``spectrum/<policy>`` models played directly on the environment (the fast path),
+  or any litellm model through the in-process rollout processor (``spectrum_turn_processor``);
+* :func:`summarize` (per-run and mean available-IoU, stage means, first-10 vs last-10) and :func:`main`.
+
+Every scan is scored by the environment with ``reward="avail_iou"`` (CLBench's metric) against the 13
+canonical channels; occupied-IoU is reported as a diagnostic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, NamedTuple, Sequence
+
+import numpy as np
+
+from spectrum_adapter import Episode, EnvConfig, Peak, Scan, SpectrumEnv
+
+# --------------------------------------------------------------------------------------------------
+# The schedule (published facts; see docs/BENCH90.md)
+# --------------------------------------------------------------------------------------------------
+
+BAND: tuple[float, float] = (0.0, 168.0)
+NOISE_FLOOR = -60.0
+CHANNEL_POWER = -40.0
+WIDE_WIDTH, NARROW_WIDTH = 15.0, 5.0
+N_RUNS = 5
+SCANS_PER_STAGE = 30
+SHUFFLE_SEED_BASE = 42  # run r > 0 shuffles within stages with default_rng(42 + r)
+
+# Detector and interference model (per scan).
+CENTRE_JITTER = 0.5  # true centre + U(-0.5, 0.5)
+P_DETECT = 0.85
+FREQ_SIGMA = 1.0
+POWER_SIGMA = 5.0
+WIDTH_REL_SIGMA = 0.15  # width = bw + N(0, 0.15 bw), floored at MIN_WIDTH
+MIN_WIDTH = 1.0
+P_SPIKES, SPIKE_COUNT = 0.2, (1, 3)
+SPIKE_POWER, SPIKE_WIDTH = (-55.0, -40.0), (0.5, 3.0)
+P_FALSE_ALARM = 0.2
+FA_POWER = (5.0, 2.0)  # noise floor + N(5, 2)
+FA_WIDTH = (1.0, 5.0)
+
+
+class Channel(NamedTuple):
+    number: int  # CLBench's numbering: 1-7 wideband, 8-13 narrowband
+    centre: float
+    width: float
+
+
+def _channels() -> tuple[Channel, ...]:
+    wide = [Channel(k + 1, 7.5 + 24.0 * k, WIDE_WIDTH) for k in range(7)]
+    narrow = [Channel(8 + k, 19.5 + 24.0 * k, NARROW_WIDTH) for k in range(6)]
+    return tuple(sorted(wide + narrow, key=lambda c: c.centre))
+
+
+# Sorted by centre (the environment's truth order: transmitter index = position here).
+CHANNELS: tuple[Channel, ...] = _channels()
+INDEX: dict[int, int] = {c.number: i for i, c in enumerate(CHANNELS)}  # channel number -> truth index
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    seed: int
+    round_robin: tuple[int, ...]  # channel numbers, cycled n_active at a time
+    n_active: int
+    background: tuple[int, ...] = ()  # channel numbers, each independently active with p_background
+    p_background: float = 0.1
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage("five_ch_wide", 42, (1, 2, 3, 4, 5), 2, (6, 7, 8, 9, 10, 11, 12, 13)),
+    Stage("five_plus_four_mixed", 43, (1, 2, 3, 4, 5, 8, 9, 10, 11), 3, (6, 7, 12, 13)),
+    Stage("full_grid_active", 44, tuple(range(1, 14)), 4),
+)
+
+
+def round_robin(stage: Stage, i: int) -> tuple[int, ...]:
+    """Channel numbers the round-robin turns on at canonical scan ``i`` of a stage: positions
+    ``i * n_active .. i * n_active + n_active - 1`` of the cycle, modulo its length."""
+    rr, k = stage.round_robin, stage.n_active
+    return tuple(rr[(i * k + j) % len(rr)] for j in range(k))
+
+
+def _r1(x: float) -> float:
+    return float(round(float(x), 1))
+
+
+@lru_cache(maxsize=None)
+def stage_scans(stage_index: int) -> tuple[Scan, ...]:
+    """The 30 scans of a stage in canonical order, drawn from the stage seed alone.
+
+    Per scan and in this order: the round-robin channels plus background channels (one uniform each);
+    for every active channel (truth order) the centre jitter, the detection draw, then frequency, power
+    and width noise; the interference spikes; the false alarm. Draws are made whether or not they are
+    used, so each value always comes from the same position of the stream. Treat the result as
+    read-only (it is cached and shared).
+    """
+    st = STAGES[stage_index]
+    rng = np.random.default_rng(st.seed)
+    scans = []
+    for i in range(SCANS_PER_STAGE):
+        on = set(round_robin(st, i))
+        for ch in st.background:
+            if rng.random() < st.p_background:
+                on.add(ch)
+        active = tuple(sorted(INDEX[ch] for ch in on))
+        raw: list[tuple[float, float, float]] = []
+        detected = []
+        for t in active:
+            c = CHANNELS[t]
+            jitter = rng.uniform(-CENTRE_JITTER, CENTRE_JITTER)
+            hit = rng.random() < P_DETECT
+            dz, pz, wz = rng.standard_normal(3)
+            if hit:
+                detected.append(t)
+                raw.append((_r1(c.centre + jitter + FREQ_SIGMA * dz), _r1(CHANNEL_POWER + POWER_SIGMA * pz),
+                            _r1(max(MIN_WIDTH, c.width + WIDTH_REL_SIGMA * c.width * wz))))
+        spikes = rng.random() < P_SPIKES
+        n_spikes = int(rng.integers(SPIKE_COUNT[0], SPIKE_COUNT[1] + 1))
+        su = rng.random((SPIKE_COUNT[1], 3))
+        if spikes:
+            for f, p, w in su[:n_spikes]:
+                raw.append((_r1(BAND[0] + (BAND[1] - BAND[0]) * f),
+                            _r1(SPIKE_POWER[0] + (SPIKE_POWER[1] - SPIKE_POWER[0]) * p),
+                            _r1(SPIKE_WIDTH[0] + (SPIKE_WIDTH[1] - SPIKE_WIDTH[0]) * w)))
+        fa = rng.random() < P_FALSE_ALARM
+        ff, fw = rng.random(2)
+        fz = rng.standard_normal()
+        if fa:
+            raw.append((_r1(BAND[0] + (BAND[1] - BAND[0]) * ff), _r1(NOISE_FLOOR + FA_POWER[0] + FA_POWER[1] * fz),
+                        _r1(FA_WIDTH[0] + (FA_WIDTH[1] - FA_WIDTH[0]) * fw)))
+        raw.sort()
+        peaks = [Peak(f"P{j + 1}", f, p, w) for j, (f, p, w) in enumerate(raw)]
+        scans.append(Scan(peaks, active, tuple(detected), note=st.name))
+    return tuple(scans)
+
+
+def check_run(run: Any) -> int:
+    if isinstance(run, bool) or not isinstance(run, (int, np.integer)) or not 0 <= int(run) < N_RUNS:
+        raise ValueError(f"bench90: the seed is the run index 0..{N_RUNS - 1}, got {run!r} (a bench90 row "
+                         "must pin its seed; a row-hash seed is not a run index)")
+    return int(run)
+
+
+@lru_cache(maxsize=None)
+def run_order(run: int) -> tuple[int, ...]:
+    """Canonical scan index (0..89) played at each position of a run. Run 0 is the canonical order;
+    run r > 0 permutes each stage's 30 scans with one ``default_rng(42 + r)``, stage by stage, so the
+    stage boundaries stay at 30 and 60."""
+    run = check_run(run)
+    if run == 0:
+        return tuple(range(SCANS_PER_STAGE * len(STAGES)))
+    rng = np.random.default_rng(SHUFFLE_SEED_BASE + run)
+    out: list[int] = []
+    for s in range(len(STAGES)):
+        out += [s * SCANS_PER_STAGE + int(j) for j in rng.permutation(SCANS_PER_STAGE)]
+    return tuple(out)
+
+
+def stage_of(position: int) -> int:
+    """The stage (0, 1, 2) a scan position belongs to (the same in every run)."""
+    return position // SCANS_PER_STAGE
+
+
+@dataclass(frozen=True)
+class Bench90Preset:
+    """The schedule as a :class:`spectrum_adapter.Preset`. ``episode(seed)``: ``seed`` is the run index."""
+
+    name: str = "bench90"
+    band: tuple[float, float] = BAND
+    n_scans: int = SCANS_PER_STAGE * len(STAGES)
+    # Room for all 13 channels plus some interference; CLBench's own cap is not among the published facts.
+    max_regions: int = 24
+    report_width: float | None = None  # reports carry a bandwidth per region
+    default_width: float = 10.0  # a region reported without a bandwidth
+
+    def episode(self, seed: int) -> Episode:
+        order = run_order(check_run(seed))
+        canon = [sc for s in range(len(STAGES)) for sc in stage_scans(s)]
+        # Fresh Scan objects (same peaks): the cached canonical ones are never handed out.
+        scans = [Scan(list(canon[i].peaks), canon[i].active, canon[i].detected, canon[i].note) for i in order]
+        return Episode(self.band, [(c.centre, c.width) for c in CHANNELS], scans, NOISE_FLOOR)
+
+
+BENCH90 = Bench90Preset()
+
+# --------------------------------------------------------------------------------------------------
+# Systems and runners
+# --------------------------------------------------------------------------------------------------
+
+# bench system -> our memory mode
+SYSTEMS: dict[str, str] = {"stateless": "none", "icl": "icl", "icl_notepad": "icl_notepad", "scaffold": "scaffold"}
+REWARD = "avail_iou"
+POLICY_PREFIX = "spectrum/"
+
+
+def env_config(system: str, prompt: str = "weak") -> EnvConfig:
+    if system not in SYSTEMS:
+        raise ValueError(f"unknown system {system!r}; choose one of {', '.join(SYSTEMS)}")
+    return EnvConfig(preset="bench90", memory_mode=SYSTEMS[system], reward=REWARD, prompt=prompt)
+
+
+def play_policy(policy: str, system: str, run: int, prompt: str = "weak") -> list[dict]:
+    """A scripted policy played directly on the environment (no litellm, no dialogue loop); returns the
+    env's per-scan records. The policy reads exactly what the model would under ``system``: the current
+    scan (``stateless``), every scan so far (``icl``, no token budget), the echo (``scaffold``), or the
+    current scan with its notepad (``icl_notepad``, through ``spectrum_models.decide``)."""
+    import spectrum_policies as sp  # noqa: PLC0415
+
+    sp.make_policy(policy)  # unknown names fail loudly
+    env = SpectrumEnv(env_config(system, prompt))
+    if system != "icl_notepad":
+        sp.run_episode(env, policy, check_run(run), history=(system == "icl"))
+        return env.scan_records()
+    import spectrum_models  # noqa: PLC0415  (litellm: only for this system)
+
+    obs, _ = env.reset(seed=check_run(run))
+    sp.register_truth(env)
+    system_msg = {"role": "system", "content": env.system_prompt()}
+    while not obs["done"]:
+        _, calls = spectrum_models.decide(policy, [system_msg, {"role": "user", "content": obs["prompt"]}],
+                                          env.tools())
+        result = env.call_tool(calls[-1]["name"], calls[-1]["arguments"])
+        if not result.advanced:
+            raise RuntimeError(f"{policy} produced an invalid report: {result.error}")
+        obs = env.observation()
+    return env.scan_records()
+
+
+# --------------------------------------------------------------------------------------------------
+# Summary
+# --------------------------------------------------------------------------------------------------
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return float(sum(xs) / len(xs)) if xs else float("nan")
+
+
+def summarize_run(run: int, records: Sequence[dict]) -> dict:
+    """One run's numbers from the env's per-scan records (every scan counted, skipped ones as empty)."""
+    avail = [r["avail"] for r in records]
+    occ = [r["occ"] for r in records]
+    n = SCANS_PER_STAGE
+    return {
+        "run": run,
+        "mean_avail": _mean(avail),
+        "mean_occ": _mean(occ),
+        "stage_means": [_mean(avail[s * n:(s + 1) * n]) for s in range(len(STAGES))],
+        "first10": _mean(avail[:10]),
+        "last10": _mean(avail[-10:]),
+        "scans_skipped": sum(1 for r in records if r.get("skipped")),
+    }
+
+
+def summarize(model: str, system: str, per_run: Sequence[dict], via: str) -> dict:
+    """Means over runs (each run weighs the same)."""
+    keys = ("mean_avail", "mean_occ", "first10", "last10")
+    out: dict[str, Any] = {"model": model, "system": system, "runs": len(per_run), "via": via}
+    out.update({k: _mean([r[k] for r in per_run]) for k in keys})
+    out["stage_means"] = [_mean([r["stage_means"][s] for r in per_run]) for s in range(len(STAGES))]
+    out["stages"] = [st.name for st in STAGES]
+    out["per_run"] = list(per_run)
+    return out
+
+
+def add_gain(result: dict, stateless: dict | None) -> dict:
+    """``gain_over_stateless`` = mean available-IoU minus the same model's stateless mean (per run too,
+    when the stateless result has the same runs)."""
+    result["stateless_mean_avail"] = None if stateless is None else stateless["mean_avail"]
+    result["gain_over_stateless"] = None if stateless is None else result["mean_avail"] - stateless["mean_avail"]
+    base = {r["run"]: r["mean_avail"] for r in (stateless or {}).get("per_run", [])}
+    for r in result["per_run"]:
+        r["gain_over_stateless"] = r["mean_avail"] - base[r["run"]] if r["run"] in base else None
+    return result
+
+
+def format_table(result: dict) -> str:
+    st = ", ".join(f"{n} {v:.3f}" for n, v in zip(result["stages"], result["stage_means"]))
+    lines = [
+        f"bench90  model {result['model']}  system {result['system']}  runs {result['runs']}  via {result['via']}",
+        "",
+        "| run | avail-IoU | occ-IoU | " + " | ".join(result["stages"]) + " | first10 | last10 | gain vs stateless |",
+        "|---|---|---|" + "---|" * len(result["stages"]) + "---|---|---|",
+    ]
+    for r in result["per_run"]:
+        g = "-" if r.get("gain_over_stateless") is None else f"{r['gain_over_stateless']:+.3f}"
+        lines.append(f"| {r['run']} | {r['mean_avail']:.3f} | {r['mean_occ']:.3f} | "
+                     + " | ".join(f"{v:.3f}" for v in r["stage_means"])
+                     + f" | {r['first10']:.3f} | {r['last10']:.3f} | {g} |")
+    g = result.get("gain_over_stateless")
+    lines += ["", f"mean available-IoU {result['mean_avail']:.4f}  (occupied-IoU {result['mean_occ']:.4f})",
+              f"stage means: {st}", f"first10 {result['first10']:.4f}  last10 {result['last10']:.4f}",
+              "gain over stateless: " + ("-" if g is None else f"{g:+.4f} (stateless {result['stateless_mean_avail']:.4f})")]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------------
+# Running a model
+# --------------------------------------------------------------------------------------------------
+
+
+def policy_name(model: str) -> str | None:
+    """``spectrum/<policy>`` -> ``<policy>`` (a scripted baseline), else None."""
+    return model[len(POLICY_PREFIX):] if model.startswith(POLICY_PREFIX) else None
+
+
+def evaluate(model: str, system: str, runs: int, via: str = "auto", prompt: str = "weak",
+             **model_options: Any) -> dict:
+    """Evaluate ``model`` under ``system`` on runs ``0..runs-1``; the summary dict (without the gain)."""
+    if not 1 <= runs <= N_RUNS:
+        raise ValueError(f"runs must be 1..{N_RUNS}")
+    env_config(system, prompt)  # validate early
+    pol = policy_name(model)
+    if via == "auto":
+        via = "direct" if pol is not None else "processor"
+    if via == "direct":
+        if pol is None:
+            raise ValueError("--via direct plays scripted policies only (model spectrum/<policy>)")
+        per_run = [summarize_run(r, play_policy(pol, system, r, prompt)) for r in range(runs)]
+    elif via == "processor":
+        per_run = [summarize_run(r, recs) for r, recs in
+                   enumerate(run_with_processor(model, system, runs, prompt, **model_options))]
+    else:
+        raise ValueError(f"unknown via {via!r}")
+    return summarize(model, system, per_run, via)
+
+
+def run_with_processor(model: str, system: str, runs: int, prompt: str = "weak", **options: Any) -> list[list[dict]]:
+    """Each run as one eval-protocol row through ``spectrum_turn_processor`` (the one dialogue loop)."""
+    try:
+        import spectrum_turn_processor  # noqa: F401, PLC0415
+    except ModuleNotFoundError as e:
+        if e.name != "spectrum_turn_processor":
+            raise
+        raise RuntimeError("bench90 needs spectrum_turn_processor.py to run a model; scripted policies "
+                           "run without it (--via direct)") from None
+    raise RuntimeError("bench90: the rollout processor integration is not wired yet")
+
+
+# --------------------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="spectrum-rft bench90",
+        description="Evaluate a model on the CLBench-style 90-scan schedule (available-IoU). "
+                    "Models spectrum/<policy> are the scripted baselines (memoryless, accumulate, oracle...).")
+    ap.add_argument("--model", required=True, help="litellm model id, or spectrum/<policy> for a baseline")
+    ap.add_argument("--system", default="stateless", choices=list(SYSTEMS))
+    ap.add_argument("--runs", type=int, default=N_RUNS, help=f"runs 0..R-1 (1..{N_RUNS}, default {N_RUNS})")
+    ap.add_argument("--via", default="auto", choices=["auto", "direct", "processor"],
+                    help="auto: scripted policies directly on the env, other models through the processor")
+    ap.add_argument("--prompt", default="weak", help="system prompt variant (default weak: no strategy hint)")
+    ap.add_argument("--no-gain", action="store_true", help="skip the stateless run used for the gain")
+    ap.add_argument("--stateless-from", metavar="FILE",
+                    help="take the stateless baseline from an earlier `--json` output instead of running it")
+    ap.add_argument("--json", action="store_true", help="print the result as JSON")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    a = ap.parse_args(argv)
+    if not 1 <= a.runs <= N_RUNS:
+        ap.error(f"--runs must be 1..{N_RUNS}")
+    try:
+        result = evaluate(a.model, a.system, a.runs, a.via, a.prompt)
+        stateless = None
+        if a.system == "stateless":
+            stateless = result
+        elif a.stateless_from:
+            with open(a.stateless_from, encoding="utf-8") as f:
+                stateless = json.load(f)
+            if stateless.get("system") != "stateless" or stateless.get("model") != a.model:
+                ap.error(f"{a.stateless_from} is not a stateless run of {a.model}")
+        elif not a.no_gain:
+            stateless = evaluate(a.model, "stateless", a.runs, a.via, a.prompt)
+    except (ValueError, RuntimeError, OSError) as e:
+        print(f"spectrum-rft bench90: {e}", file=sys.stderr)
+        return 2
+    add_gain(result, stateless)
+    if a.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(format_table(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
