@@ -1,0 +1,309 @@
+"""bench90: the CLBench-style 90-scan schedule (spectrum_bench90), its scoring, the acceptance numbers
+and the CLI (``spectrum-rft bench90``, ``eval_bench90.sh``)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import spectrum_bench90 as b9
+from spectrum_adapter import EnvConfig, SpectrumEnv, get_preset, tool_schemas
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNS = range(b9.N_RUNS)
+WIDE = tuple(range(1, 8))
+NARROW = tuple(range(8, 14))
+
+
+def canonical() -> list:
+    return [sc for s in range(len(b9.STAGES)) for sc in b9.stage_scans(s)]
+
+
+def digest(run: int) -> str:
+    ep = b9.BENCH90.episode(run)
+    text = json.dumps([[sc.note, list(sc.active), list(sc.detected), [list(p) for p in sc.peaks]] for sc in ep.scans])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def cli(*args: str) -> tuple[int, str]:
+    out = io.StringIO()
+    with redirect_stdout(out):
+        rc = b9.main(list(args))
+    return rc, out.getvalue()
+
+
+# ---- the band ------------------------------------------------------------------------------------
+
+
+def test_thirteen_channels_widths_and_centres():
+    ch = {c.number: c for c in b9.CHANNELS}
+    assert len(b9.CHANNELS) == 13 and sorted(ch) == list(range(1, 14))
+    assert [ch[n].centre for n in WIDE] == [7.5 + 24 * k for k in range(7)]
+    assert [ch[n].centre for n in NARROW] == [19.5 + 24 * k for k in range(6)]
+    assert {ch[n].width for n in WIDE} == {15.0} and {ch[n].width for n in NARROW} == {5.0}
+    # sorted by centre (the env's truth order), disjoint, inside the band
+    iv = [(c.centre - c.width / 2, c.centre + c.width / 2) for c in b9.CHANNELS]
+    assert iv == sorted(iv) and all(a[1] < b[0] for a, b in zip(iv, iv[1:]))
+    assert b9.BAND == (0.0, 168.0) and iv[0][0] >= 0 and iv[-1][1] <= 168
+    assert sum(c.width for c in b9.CHANNELS) == 135.0  # 33 MHz of the band is free
+
+
+def test_preset_wiring():
+    assert get_preset("bench90") is b9.BENCH90
+    p = b9.BENCH90
+    assert (p.name, p.band, p.n_scans, p.report_width) == ("bench90", (0.0, 168.0), 90, None)
+    env = SpectrumEnv(EnvConfig(preset="bench90", memory_mode="none", reward="avail_iou"))
+    obs, info = env.reset(seed=0)
+    assert info["n_scans"] == 90 and obs["prompt"].startswith("Scan 1/90 | band 0.0-168.0 MHz | noise floor -60.0 dBm")
+    assert obs["prompt"].splitlines()[0].endswith("| five_ch_wide")
+    props = tool_schemas("icl_notepad", "bench90")[0]["function"]["parameters"]["properties"]
+    assert "Ignored" not in props["bandwidths"]["description"] and "notepad_update" in props
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_truth_is_the_13_channels_in_every_run(run):
+    ep = b9.BENCH90.episode(run)
+    assert ep.truth == [(c.centre, c.width) for c in b9.CHANNELS]
+    assert ep.band == (0.0, 168.0) and ep.noise_floor == -60.0 and len(ep.scans) == 90
+
+
+# ---- the stages ----------------------------------------------------------------------------------
+
+
+def channels(scan) -> set[int]:
+    return {b9.CHANNELS[t].number for t in scan.active}
+
+
+@pytest.mark.parametrize("s", range(3))
+def test_stage_activity_sets_and_round_robin(s):
+    stage = b9.STAGES[s]
+    scans = b9.stage_scans(s)
+    assert len(scans) == 30 and {sc.note for sc in scans} == {stage.name}
+    rr_counts: Counter = Counter()
+    background = 0
+    for i, sc in enumerate(scans):
+        on = channels(sc)
+        rr = set(b9.round_robin(stage, i))
+        assert len(rr) == stage.n_active and rr <= on  # n_active distinct round-robin channels each scan
+        assert on - rr <= set(stage.background)  # anything else is a background channel
+        rr_counts.update(rr)
+        background += len(on - rr)
+    # round-robin: every channel of the cycle takes its turn equally often (within one)
+    assert set(rr_counts) == set(stage.round_robin)
+    assert max(rr_counts.values()) - min(rr_counts.values()) <= 1
+    n_bg = 30 * len(stage.background)
+    if n_bg:  # p = 0.1 per channel and scan: 24 (stage 1) / 12 (stage 2) expected
+        assert 0.03 * n_bg <= background <= 0.2 * n_bg
+    else:
+        assert background == 0
+
+
+def test_stage_facts():
+    names = [st.name for st in b9.STAGES]
+    assert names == ["five_ch_wide", "five_plus_four_mixed", "full_grid_active"]
+    assert [st.seed for st in b9.STAGES] == [42, 43, 44]
+    assert [st.n_active for st in b9.STAGES] == [2, 3, 4]
+    assert [set(st.round_robin) for st in b9.STAGES] == [{1, 2, 3, 4, 5}, {1, 2, 3, 4, 5, 8, 9, 10, 11},
+                                                          set(range(1, 14))]
+    assert [set(st.background) for st in b9.STAGES] == [set(range(6, 14)), {6, 7, 12, 13}, set()]
+    assert all(st.p_background == 0.1 for st in b9.STAGES[:2])
+    # the round-robin cycles in order: stage 1 scans 0, 1, 2 -> (1, 2), (3, 4), (5, 1)
+    assert [b9.round_robin(b9.STAGES[0], i) for i in range(3)] == [(1, 2), (3, 4), (5, 1)]
+    assert [len(channels(sc)) for sc in b9.stage_scans(2)] == [4] * 30
+
+
+def test_peaks_follow_the_detector_model():
+    scans = canonical()
+    n_active = n_detected = 0
+    for sc in scans:
+        freqs = [p.freq for p in sc.peaks]
+        assert freqs == sorted(freqs)
+        assert set(sc.detected) <= set(sc.active) and len(sc.peaks) >= len(sc.detected)
+        assert len({p.id for p in sc.peaks}) == len(sc.peaks)
+        for p in sc.peaks:
+            assert all(isinstance(v, float) and round(v, 1) == v for v in (p.freq, p.power, p.width))
+            assert 0.0 <= p.freq <= 168.0 and p.width >= 0.5
+        for t in sc.detected:  # each detected channel has a peak near it (jitter 0.5 + 5 sigma)
+            c = b9.CHANNELS[t]
+            assert any(abs(p.freq - c.centre) <= 5.6 and p.width >= 1.0 for p in sc.peaks)
+        n_active += len(sc.active)
+        n_detected += len(sc.detected)
+    assert 0.78 <= n_detected / n_active <= 0.92  # p_detect = 0.85
+    extra = sum(len(sc.peaks) - len(sc.detected) for sc in scans)
+    assert 15 <= extra <= 70  # spikes (p 0.2, 1-3) + false alarms (p 0.2): ~54 expected over 90 scans
+
+
+# ---- runs ----------------------------------------------------------------------------------------
+
+
+def test_run0_is_canonical_and_runs_shuffle_within_stages():
+    canon = canonical()
+    assert b9.run_order(0) == tuple(range(90))
+    orders = [b9.run_order(r) for r in RUNS]
+    assert len(set(orders)) == 5  # every run differs
+    for r in RUNS:
+        ep = b9.BENCH90.episode(r)
+        order = orders[r]
+        for s in range(3):  # a permutation of each stage's own scans: boundaries at 30 and 60
+            assert sorted(order[30 * s:30 * (s + 1)]) == list(range(30 * s, 30 * (s + 1)))
+        for pos, sc in enumerate(ep.scans):
+            src = canon[order[pos]]
+            assert (sc.peaks, sc.active, sc.detected, sc.note) == (src.peaks, src.active, src.detected, src.note)
+            assert sc.note == b9.STAGES[b9.stage_of(pos)].name
+        if r:
+            assert all(order[30 * s:30 * (s + 1)] != tuple(range(30 * s, 30 * (s + 1))) for s in range(3))
+
+
+@pytest.mark.parametrize("bad", [-1, 5, 2**40, True, 1.0, "0"])
+def test_seed_outside_the_runs_is_refused(bad):
+    with pytest.raises(ValueError, match="run index"):
+        b9.BENCH90.episode(bad)
+
+
+def test_episodes_are_fresh_objects():
+    a, b = b9.BENCH90.episode(0), b9.BENCH90.episode(0)
+    a.scans[0].peaks.clear()
+    assert b.scans[0].peaks and b9.BENCH90.episode(0).scans[0].peaks
+
+
+def test_deterministic_across_processes():
+    code = ("import hashlib, json, spectrum_bench90 as b9\n"
+            "for r in range(5):\n"
+            "    ep = b9.BENCH90.episode(r)\n"
+            "    t = json.dumps([[sc.note, list(sc.active), list(sc.detected), [list(p) for p in sc.peaks]]"
+            " for sc in ep.scans])\n"
+            "    print(hashlib.sha256(t.encode()).hexdigest())\n")
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == [digest(r) for r in RUNS]
+
+
+@settings(max_examples=40, deadline=None)
+@given(run=st.integers(0, 4), pos=st.integers(0, 89))
+def test_any_position_plays_a_scan_of_its_own_stage(run, pos):
+    sc = b9.BENCH90.episode(run).scans[pos]
+    src = b9.run_order(run)[pos]
+    assert b9.stage_of(src) == b9.stage_of(pos) and sc.note == b9.STAGES[pos // 30].name
+
+
+# ---- scoring -------------------------------------------------------------------------------------
+
+
+@settings(max_examples=40, deadline=None)
+@given(subset=st.sets(st.integers(0, 12)), run=st.integers(0, 4))
+def test_avail_iou_of_an_exact_channel_subset(subset, run):
+    """Reporting exactly some channels (with their bandwidths): the free spectrum claimed is the band
+    minus those channels, so available-IoU = 33 / (168 - their width) and occupied-IoU = width / 135."""
+    env = SpectrumEnv(b9.env_config("stateless"))
+    env.reset(seed=run)
+    chosen = [b9.CHANNELS[i] for i in sorted(subset)]
+    _, reward, _, _, info = env.step({"center_freqs": [c.centre for c in chosen],
+                                      "bandwidths": [c.width for c in chosen]})
+    w = sum(c.width for c in chosen)
+    assert reward == info["avail"] == pytest.approx(33.0 / (168.0 - w))
+    assert info["occ"] == pytest.approx(w / 135.0)
+
+
+@settings(max_examples=30, deadline=None)
+@given(avail=st.lists(st.floats(0, 1), min_size=90, max_size=90))
+def test_summary_of_a_run(avail):
+    recs = [{"avail": a, "occ": 1 - a, "skipped": False} for a in avail]
+    s = b9.summarize_run(3, recs)
+    assert s["run"] == 3 and s["mean_avail"] == pytest.approx(sum(avail) / 90)
+    assert sum(s["stage_means"]) / 3 == pytest.approx(s["mean_avail"])  # equal stages
+    assert s["first10"] == pytest.approx(sum(avail[:10]) / 10) and s["last10"] == pytest.approx(sum(avail[-10:]) / 10)
+
+
+# ---- acceptance ----------------------------------------------------------------------------------
+
+
+def test_acceptance_memoryless_stateless_is_clbench_baseline():
+    r = b9.evaluate("spectrum/memoryless", "stateless", 5)
+    assert abs(r["mean_avail"] - 0.22) <= 0.03  # CLBench's published stateless baseline: 0.2196
+    assert r["runs"] == 5 and len(r["per_run"]) == 5 and r["via"] == "direct"
+
+
+@pytest.mark.parametrize("system", ["stateless", "icl", "scaffold"])
+def test_acceptance_oracle_scores_one(system):
+    r = b9.evaluate("spectrum/oracle", system, 5)
+    assert r["mean_avail"] == 1.0 and r["mean_occ"] == 1.0 and r["stage_means"] == [1.0, 1.0, 1.0]
+
+
+def test_acceptance_accumulate_icl_clearly_above_stateless():
+    icl = b9.evaluate("spectrum/accumulate", "icl", 5)
+    stateless = b9.evaluate("spectrum/accumulate", "stateless", 5)
+    b9.add_gain(icl, stateless)
+    assert icl["gain_over_stateless"] >= 0.15
+    assert all(r["gain_over_stateless"] >= 0.1 for r in icl["per_run"])
+    assert icl["last10"] > icl["first10"]  # memory pays more as the episode goes on
+
+
+def test_icl_notepad_system_runs_through_the_notepad_field():
+    r = b9.evaluate("spectrum/oracle", "icl_notepad", 1)
+    assert r["mean_avail"] == 1.0
+    m = b9.evaluate("spectrum/memoryless", "icl_notepad", 1)
+    assert m["mean_avail"] == pytest.approx(b9.evaluate("spectrum/memoryless", "stateless", 1)["mean_avail"])
+
+
+# ---- CLI -----------------------------------------------------------------------------------------
+
+KEYS = {"model", "system", "runs", "mean_avail", "mean_occ", "stage_means", "first10", "last10"}
+
+
+def test_cli_json_shape(tmp_path):
+    rc, out = cli("--model", "spectrum/memoryless", "--system", "stateless", "--runs", "2", "--json")
+    assert rc == 0
+    res = json.loads(out)
+    assert KEYS <= res.keys()
+    assert (res["model"], res["system"], res["runs"]) == ("spectrum/memoryless", "stateless", 2)
+    assert len(res["stage_means"]) == 3 and [r["run"] for r in res["per_run"]] == [0, 1]
+    assert res["gain_over_stateless"] == 0.0
+    for r in res["per_run"]:
+        assert {"run", "mean_avail", "mean_occ", "stage_means", "first10", "last10", "gain_over_stateless"} <= r.keys()
+    # the gain of another system, with the stateless baseline taken from that earlier output
+    base = tmp_path / "stateless.json"
+    base.write_text(out)
+    rc, out2 = cli("--model", "spectrum/memoryless", "--system", "icl", "--runs", "2", "--json",
+                   "--stateless-from", str(base))
+    res2 = json.loads(out2)
+    assert rc == 0 and res2["gain_over_stateless"] == pytest.approx(res2["mean_avail"] - res["mean_avail"])
+    rc, table = cli("--model", "spectrum/oracle", "--runs", "1")
+    assert rc == 0 and "mean available-IoU 1.0000" in table
+
+
+def test_cli_refuses_bad_input(capsys):
+    with pytest.raises(SystemExit):
+        b9.main(["--model", "spectrum/oracle", "--runs", "6"])
+    with pytest.raises(SystemExit):
+        b9.main(["--model", "spectrum/oracle", "--system", "notepad"])
+    assert b9.main(["--model", "spectrum/nosuch", "--runs", "1"]) == 2
+    assert b9.main(["--model", "gpt-x", "--via", "direct", "--runs", "1"]) == 2
+    assert "spectrum-rft bench90:" in capsys.readouterr().err
+
+
+def test_dispatcher_and_wrapper():
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    p = subprocess.run([sys.executable, "-m", "spectrum_cli", "bench90", "--model", "spectrum/oracle", "--runs", "1",
+                        "--json"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["mean_avail"] == 1.0
+    w = subprocess.run(["bash", str(ROOT / "eval_bench90.sh"), "spectrum/memoryless", "icl", "1", "--json"],
+                       cwd="/", env=env, capture_output=True, text=True)
+    assert w.returncode == 0, w.stderr
+    res = json.loads(w.stdout)
+    assert (res["model"], res["system"], res["runs"]) == ("spectrum/memoryless", "icl", 1)
+    assert res["gain_over_stateless"] == pytest.approx(0.0)
+    usage = subprocess.run(["bash", str(ROOT / "eval_bench90.sh")], env=env, capture_output=True, text=True)
+    assert usage.returncode == 2 and "usage" in usage.stderr
