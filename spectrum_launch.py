@@ -522,7 +522,7 @@ def execute(plan: Plan, client: Any, http: Any, *, log: Callable[[str], None] = 
 def resume_flags(plan: Plan, out: Outcome) -> list[str]:
     flags = []
     kinds = {c["kind"]: c for c in out.created}
-    if "dataset" in kinds and kinds["dataset"]["detail"].endswith("uploaded"):
+    if "dataset" in kinds and kinds["dataset"]["detail"].endswith(" rows uploaded"):
         flags += ["--reuse-dataset", plan.dataset_id]
     elif plan.reuse_dataset:
         flags += ["--reuse-dataset", plan.reuse_dataset]

@@ -1,0 +1,416 @@
+"""``spectrum-rft launch`` against the REAL fireworks-ai SDK pointed at a loopback server that records.
+
+Nothing here can reach the Fireworks cloud: every launch gets ``--base-url http://127.0.0.1:PORT``, the
+signed upload URL the fake server hands out is loopback too, and the dry-run tests forbid sockets.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import logging
+import re
+import socket
+import tarfile
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+import spectrum_launch as sl
+
+FAKE_KEY = "fw-test-KEY-4b1d9e0c77aa"  # set only inside this test process
+FAKE_WANDB = "wandb-test-KEY-93ff01"
+ACCOUNT = "acct-test"
+
+
+class Recorder(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self):
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.records: list[dict] = []
+        self.fail: dict[str, tuple[int, dict]] = {}  # route name -> (status, body)
+        self.evaluator_states = ["ACTIVE"]
+        self.lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+def _route(method: str, path: str) -> str:
+    if method == "PUT" and path.startswith("/signed/"):
+        return "upload_source"
+    if method == "POST" and path.endswith("/datasets"):
+        return "dataset.create"
+    if method == "POST" and path.endswith(":upload"):
+        return "dataset.upload"
+    if method == "POST" and path.endswith("/evaluatorsV2"):
+        return "evaluator.create"
+    if path.endswith(":getUploadEndpoint"):
+        return "evaluator.get_upload_endpoint"
+    if path.endswith(":validateUpload"):
+        return "evaluator.validate_upload"
+    if method == "GET" and "/evaluators/" in path:
+        return "evaluator.get"
+    if method == "POST" and path.endswith("/reinforcementFineTuningJobs"):
+        return "job.create"
+    return "unknown"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: Recorder
+
+    def log_message(self, *args):  # keep test output quiet
+        pass
+
+    def _handle(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(n) if n else b""
+        u = urlsplit(self.path)
+        route = _route(self.command, u.path)
+        rec = {"route": route, "method": self.command, "path": u.path, "query": parse_qs(u.query),
+               "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body}
+        with self.server.lock:
+            self.server.records.append(rec)
+        if route in self.server.fail:
+            status, payload = self.server.fail[route]
+            return self._send(status, payload)
+        acct = f"accounts/{ACCOUNT}"
+        if route == "dataset.create":
+            payload = {"name": f"{acct}/datasets/{json.loads(body)['datasetId']}", "state": "UPLOADING"}
+        elif route == "evaluator.get_upload_endpoint":
+            name = next(iter(json.loads(body)["filenameToSize"]))
+            payload = {"filenameToSignedUrls": {name: f"{self.server.url}/signed/{name}?sig=abc"}}
+        elif route == "evaluator.get":
+            with self.server.lock:
+                st = self.server.evaluator_states.pop(0) if len(self.server.evaluator_states) > 1 else \
+                    self.server.evaluator_states[0]
+            payload = {"name": f"{acct}/evaluators/x", "state": st}
+        elif route == "job.create":
+            payload = {"name": f"{acct}/reinforcementFineTuningJobs/job123", "state": "JOB_STATE_CREATING"}
+        else:
+            payload = {}
+        self._send(200, payload)
+
+    def _send(self, status: int, payload: dict):
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = do_PUT = do_DELETE = _handle
+
+
+@pytest.fixture
+def server():
+    srv = Recorder()
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A small evaluator project: entry file, requirements.txt, a .env with a secret, ignored junk."""
+    p = tmp_path / "proj"
+    (p / "spectrum_templates").mkdir(parents=True)
+    (p / "requirements.txt").write_text("eval-protocol\n")
+    (p / "test_spectrum_turn.py").write_text("def test_spectrum_turn():\n    pass\n")
+    (p / "spectrum_templates" / "scan.j2").write_text("scan\n")
+    (p / ".env").write_text(f"OPENAI_API_KEY=sk-should-never-ship\nexport OTHER_SECRET=zzz\n")
+    (p / ".gitignore").write_text("out/\n/local_only.txt\n")
+    (p / "local_only.txt").write_text("ignored\n")
+    (p / "__pycache__").mkdir()
+    (p / "__pycache__" / "x.pyc").write_bytes(b"\0")
+    return p
+
+
+@pytest.fixture
+def env(monkeypatch):
+    for k in ("FIREWORKS_BASE_URL", "FIREWORKS_API_BASE", "FIREWORKS_CUSTOM_HEADERS", "WANDB_API_KEY"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("FIREWORKS_API_KEY", FAKE_KEY)
+    monkeypatch.setenv("FIREWORKS_ACCOUNT_ID", ACCOUNT)
+    monkeypatch.setenv("EP_NO_UPLOAD", "1")
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    monkeypatch.setenv("EP_DISABLE_AUTO_BROWSER", "1")
+    return monkeypatch
+
+
+def _argv(server, project: Path, tmp_path: Path, *extra: str) -> list[str]:
+    return ["--arm", "weak-scaffold", "--rows", "3", "--epochs", "2", "--tag", "t1", "--project-dir", str(project),
+            "--dataset-out", str(tmp_path / "ds.jsonl"), "--base-url", server.url, "--evaluator-timeout", "5", *extra]
+
+
+def _no_secrets(*texts: str) -> None:
+    for t in texts:
+        assert FAKE_KEY not in t
+        assert FAKE_WANDB not in t
+        assert "sk-should-never-ship" not in t
+
+
+def _multipart_file(rec: dict) -> bytes:
+    ctype = rec["headers"]["content-type"]
+    boundary = re.search(r"boundary=([^;]+)", ctype).group(1).encode()
+    for part in rec["body"].split(b"--" + boundary):
+        if b'name="file"' in part:
+            return part.split(b"\r\n\r\n", 1)[1].rsplit(b"\r\n", 1)[0]
+    raise AssertionError("no file part")
+
+
+def test_launch_sends_dataset_then_evaluator_then_job(server, project, tmp_path, env, capsys, caplog):
+    env.setenv("WANDB_API_KEY", FAKE_WANDB)
+    caplog.set_level(logging.DEBUG)
+    rc = sl.main(_argv(server, project, tmp_path, "--wandb-project", "spec", "--json"))
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    routes = [r["route"] for r in server.records]
+    assert routes == ["dataset.create", "dataset.upload", "evaluator.create", "evaluator.get_upload_endpoint",
+                      "upload_source", "evaluator.validate_upload", "evaluator.get", "job.create"]
+    by = {r["route"]: r for r in server.records}
+    # Fireworks calls carry the key; the signed-URL PUT must not.
+    for r in server.records:
+        if r["route"] == "upload_source":
+            assert "authorization" not in r["headers"]
+        else:
+            assert r["headers"]["authorization"] == f"Bearer {FAKE_KEY}"
+            assert r["path"].startswith(f"/v1/accounts/{ACCOUNT}/")
+
+    ds = json.loads(by["dataset.create"]["body"])
+    assert ds == {"dataset": {"displayName": "spectrum-weak-scaffold-t1", "evalProtocol": {},
+                              "format": "FORMAT_UNSPECIFIED", "exampleCount": "6"},
+                  "datasetId": "spectrum-weak-scaffold-t1"}
+    rows = [json.loads(x) for x in _multipart_file(by["dataset.upload"]).decode().splitlines()]
+    assert len(rows) == 6  # 3 rows x 2 fresh dataset epochs
+    ctxs = [r["input_metadata"]["dataset_info"]["environment_context"] for r in rows]
+    assert {(c["prompt"], c["memory_mode"]) for c in ctxs} == {("weak", "scaffold")}
+    assert [c["epoch"] for c in ctxs] == [0, 0, 0, 1, 1, 1]
+    assert len({c["seed"] for c in ctxs}) == 6  # never-repeating bands
+    assert len({r["input_metadata"]["row_id"] for r in rows}) == 6
+
+    ev = json.loads(by["evaluator.create"]["body"])
+    assert ev["evaluatorId"] == "test-spectrum-turn-test-spectrum-turn"
+    assert ev["evaluator"]["entryPoint"] == "test_spectrum_turn.py::test_spectrum_turn"
+    put = by["upload_source"]
+    assert put["headers"]["content-type"] == "application/octet-stream"
+    assert put["headers"]["x-goog-content-length-range"] == f"{len(put['body'])},{len(put['body'])}"
+    size = json.loads(by["evaluator.get_upload_endpoint"]["body"])["filenameToSize"]
+    assert size == {"proj.tar.gz": str(len(put["body"]))}
+    with tarfile.open(fileobj=io.BytesIO(put["body"]), mode="r:gz") as tar:
+        names = sorted(tar.getnames())
+    assert names == ["proj/.gitignore", "proj/requirements.txt", "proj/spectrum_templates/scan.j2",
+                     "proj/test_spectrum_turn.py"]  # no .env, no ignored files, no caches
+    assert json.loads(by["evaluator.validate_upload"]["body"]) == {}
+
+    job = json.loads(by["job.create"]["body"])
+    assert job["dataset"] == f"accounts/{ACCOUNT}/datasets/spectrum-weak-scaffold-t1"
+    assert job["evaluator"] == f"accounts/{ACCOUNT}/evaluators/test-spectrum-turn-test-spectrum-turn"
+    assert job["trainingConfig"] == {"baseModel": "accounts/fireworks/models/qwen3-1p7b", "epochs": 1,
+                                     "learningRate": 5e-5, "outputModel": "spectrum-weak-scaffold-t1"}
+    assert job["inferenceParameters"] == {"temperature": 1.2, "maxOutputTokens": 1024,
+                                          "responseCandidatesCount": 12}
+    assert job["lossConfig"] == {"method": "GRPO"}
+    assert job["maxConcurrentRollouts"] == 96
+    assert job["chunkSize"] == 3
+    assert job["wandbConfig"] == {"enabled": True, "project": "spec", "apiKey": FAKE_WANDB}
+
+    out = json.loads(cap.out)
+    assert out["error"] is None
+    assert [c["kind"] for c in out["created"]] == ["dataset", "evaluator", "job"]
+    assert out["job"]["name"] == f"accounts/{ACCOUNT}/reinforcementFineTuningJobs/job123"
+    assert "WARNING: .env" in cap.err and "OPENAI_API_KEY, OTHER_SECRET" in cap.err
+    _no_secrets(cap.out, cap.err, caplog.text)
+
+
+@pytest.mark.parametrize("status", [400, 500])
+def test_job_error_names_what_was_created(server, project, tmp_path, env, capsys, caplog, status):
+    caplog.set_level(logging.DEBUG)
+    server.fail["job.create"] = (status, {"error": {"code": status, "message": "quota exceeded for base model"}})
+    rc = sl.main(_argv(server, project, tmp_path))
+    cap = capsys.readouterr()
+    assert rc == 1
+    assert [r["route"] for r in server.records].count("job.create") == 1  # never retried: no double job
+    assert f"FAILED at job.create: HTTP {status}: quota exceeded for base model" in cap.err
+    assert "already created (not rolled back):" in cap.err
+    assert f"dataset: accounts/{ACCOUNT}/datasets/spectrum-weak-scaffold-t1 (6 rows uploaded)" in cap.err
+    assert f"evaluator: accounts/{ACCOUNT}/evaluators/test-spectrum-turn-test-spectrum-turn (ACTIVE)" in cap.err
+    assert "rerun with: --reuse-dataset spectrum-weak-scaffold-t1 --reuse-evaluator" in cap.err
+    _no_secrets(cap.out, cap.err, caplog.text)
+
+
+def test_resume_after_failure_creates_only_the_job(server, project, tmp_path, env, capsys):
+    rc = sl.main(_argv(server, project, tmp_path, "--reuse-dataset", "spectrum-weak-scaffold-t1",
+                       "--reuse-evaluator"))
+    assert rc == 0, capsys.readouterr().err
+    assert [r["route"] for r in server.records] == ["evaluator.get", "job.create"]
+    job = json.loads(server.records[-1]["body"])
+    assert job["dataset"] == f"accounts/{ACCOUNT}/datasets/spectrum-weak-scaffold-t1"
+
+
+def test_evaluator_conflict_reports_dataset_only(server, project, tmp_path, env, capsys):
+    server.fail["evaluator.create"] = (409, {"error": {"message": "evaluator already exists"}})
+    rc = sl.main(_argv(server, project, tmp_path, "--json"))
+    cap = capsys.readouterr()
+    assert rc == 1
+    assert "job.create" not in [r["route"] for r in server.records]
+    out = json.loads(cap.out)
+    assert out["failed_step"] == "evaluator.create"
+    assert out["error"] == "HTTP 409: evaluator already exists"
+    assert [c["kind"] for c in out["created"]] == ["dataset"]
+    assert out["resume_flags"] == ["--reuse-dataset", "spectrum-weak-scaffold-t1"]
+
+
+def test_failed_file_upload_is_reported_as_empty_dataset(server, project, tmp_path, env, capsys):
+    server.fail["dataset.upload"] = (503, {"error": {"message": "storage unavailable"}})
+    rc = sl.main(_argv(server, project, tmp_path))
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert "FAILED at dataset.upload: HTTP 503: storage unavailable" in err
+    assert "spectrum-weak-scaffold-t1 (created, file not uploaded)" in err
+    assert "--reuse-dataset" not in err  # an empty dataset is not something to resume from
+
+
+def test_evaluator_build_failure_and_polling(server, project, tmp_path, env):
+    server.evaluator_states = ["BUILDING", "BUILDING", "BUILD_FAILED"]
+    a = sl.build_parser().parse_args(_argv(server, project, tmp_path))
+    plan = sl.build_plan(a)
+    import httpx
+    from fireworks import Fireworks
+
+    with httpx.Client() as http:
+        client = Fireworks(api_key=FAKE_KEY, account_id=ACCOUNT, base_url=server.url, http_client=http,
+                           max_retries=0)
+        sleeps = []
+        out = sl.execute(plan, client, http, sleep=sleeps.append)
+    assert sleeps == [10.0, 10.0]
+    assert out.failed_step == "evaluator.get" and "build failed" in out.error
+    assert [c["kind"] for c in out.created] == ["dataset", "evaluator"]
+    assert "job.create" not in [r["route"] for r in server.records]
+
+
+def test_dry_run_touches_no_network(server, project, tmp_path, env, capsys, caplog, monkeypatch):
+    env.setenv("WANDB_API_KEY", FAKE_WANDB)
+    caplog.set_level(logging.DEBUG)
+
+    def no_connect(*a, **k):
+        raise AssertionError("the dry run opened a connection")
+
+    monkeypatch.setattr(socket.socket, "connect", no_connect)
+    monkeypatch.setattr(socket, "create_connection", no_connect)
+    rc = sl.main(_argv(server, project, tmp_path, "--dry-run", "--json", "--wandb-project", "spec"))
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    assert server.records == []
+    out = json.loads(cap.out)
+    steps = [r["step"] for r in out["requests"]]
+    assert steps == ["dataset.create", "dataset.upload", "evaluator.create", "evaluator.get_upload_endpoint",
+                     "evaluator.upload_source", "evaluator.validate_upload", "evaluator.get", "job.create"]
+    job = out["requests"][-1]["json"]
+    assert job["wandbConfig"]["apiKey"] == "***"
+    assert job["trainingConfig"]["epochs"] == 1
+    assert out["requests"][1]["multipart"]["file"]["rows"] == 6
+    assert any(line.startswith("firectl create reinforcement-fine-tuning-job") for line in out["firectl"])
+    assert any(line.startswith("firectl create dataset spectrum-weak-scaffold-t1 ") for line in out["firectl"])
+    _no_secrets(cap.out, cap.err, caplog.text)
+
+
+def test_dry_run_matches_real_requests(server, project, tmp_path, env, capsys):
+    """The dry run's JSON bodies are byte-for-byte what the real launch sends."""
+    assert sl.main(_argv(server, project, tmp_path, "--dry-run", "--json")) == 0
+    dry = json.loads(capsys.readouterr().out)["requests"]
+    assert sl.main(_argv(server, project, tmp_path)) == 0
+    real = [r for r in server.records]
+    assert len(dry) == len(real)
+    for d, r in zip(dry, real):
+        assert d["method"] == r["method"]
+        if "json" in d:
+            assert d["json"] == json.loads(r["body"])
+            assert d["url"] == server.url + r["path"]
+
+
+def test_dry_run_needs_no_credentials(project, tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("FIREWORKS_API_KEY", raising=False)
+    monkeypatch.delenv("FIREWORKS_ACCOUNT_ID", raising=False)
+    rc = sl.main(["--arm", "icl", "--rows", "2", "--epochs", "2", "--project-dir", str(project), "--dry-run",
+                  "--dataset-out", str(tmp_path / "d.jsonl"), "--tag", "x"])
+    cap = capsys.readouterr()
+    assert rc == 0
+    assert "accounts/ACCOUNT_ID/datasets/spectrum-icl-x" in cap.out
+    assert "placeholder" in cap.err
+
+
+def test_missing_credentials_is_a_clear_error(project, tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("FIREWORKS_API_KEY", raising=False)
+    monkeypatch.setenv("FIREWORKS_ACCOUNT_ID", ACCOUNT)
+    rc = sl.main(["--arm", "icl", "--project-dir", str(project), "--dataset-out", str(tmp_path / "d.jsonl")])
+    assert rc == 2
+    assert "FIREWORKS_API_KEY is not set" in capsys.readouterr().err
+
+
+def test_arms_differ_only_in_prompt_and_memory_mode(project, tmp_path, env):
+    """One command per arm, everything else equal: same row ids, same seeds (paired bands), same job."""
+    plans = {}
+    for arm in ("explicit-scaffold", "weak-scaffold", "scrambled-control", "notepad", "icl"):
+        a = sl.build_parser().parse_args(["--arm", arm, "--rows", "2", "--epochs", "3", "--tag", "t",
+                                          "--project-dir", str(project), "--dry-run",
+                                          "--dataset-out", str(tmp_path / f"{arm}.jsonl")])
+        plan = sl.build_plan(a)
+        rows = [json.loads(x) for x in plan.dataset_path.read_text().splitlines()]
+        plans[arm] = (plan, rows)
+    ref_plan, ref_rows = plans["explicit-scaffold"]
+    for arm, (plan, rows) in plans.items():
+        ctx = [r["input_metadata"]["dataset_info"]["environment_context"] for r in rows]
+        assert {(c["prompt"], c["memory_mode"]) for c in ctx} == {(sl.ARMS[arm].prompt, sl.ARMS[arm].memory_mode)}
+        ref_ctx = [r["input_metadata"]["dataset_info"]["environment_context"] for r in ref_rows]
+        assert [c["seed"] for c in ctx] == [c["seed"] for c in ref_ctx]
+        assert [r["input_metadata"]["row_id"] for r in rows] == [r["input_metadata"]["row_id"] for r in ref_rows]
+        strip = lambda j: {k: v for k, v in j.items() if k != "display_name"} | {  # noqa: E731
+            "training_config": {k: v for k, v in j["training_config"].items() if k != "output_model"}}
+        assert strip(plan.job_kwargs) == strip(ref_plan.job_kwargs)
+        assert plan.evaluator_id == ref_plan.evaluator_id
+
+
+def test_repeat_mode_and_overrides(project, tmp_path, env):
+    a = sl.build_parser().parse_args([
+        "--arm", "notepad", "--rows", "4", "--epochs", "5", "--epoch-mode", "repeat", "--tag", "r",
+        "--project-dir", str(project), "--dry-run", "--dataset-out", str(tmp_path / "r.jsonl"),
+        "--base-model", "accounts/x/models/m", "--learning-rate", "1e-4", "--temperature", "0.9",
+        "--max-output-tokens", "512", "--response-candidates", "8", "--max-concurrent-rollouts", "32",
+        "--loss", "DAPO", "--kl-beta", "0.01", "--lora-rank", "16", "--extra-body",
+        '{"chat_template_kwargs": {"enable_thinking": false}}', "--entry", "rft"])
+    plan = sl.build_plan(a)
+    assert plan.dataset_rows == 4 and plan.dataset_epochs == 1
+    j = plan.job_kwargs
+    assert j["training_config"] == {"base_model": "accounts/x/models/m", "epochs": 5, "learning_rate": 1e-4,
+                                    "output_model": "spectrum-notepad-r", "lora_rank": 16}
+    assert j["inference_parameters"] == {"temperature": 0.9, "max_output_tokens": 512,
+                                         "response_candidates_count": 8,
+                                         "extra_body": '{"chat_template_kwargs":{"enable_thinking":false}}'}
+    assert j["loss_config"] == {"method": "DAPO", "kl_beta": 0.01}
+    assert j["max_concurrent_rollouts"] == 32 and "chunk_size" not in j
+    assert plan.entry == "test_spectrum_rft.py::test_spectrum_rft"
+    assert any("repeat" in n for n in plan.notes)
+
+
+def test_tarball_is_reproducible(project):
+    files = sl.source_files(project)
+    assert sl.build_tarball(project, files) == sl.build_tarball(project, files)
+    assert ".env" not in files and "local_only.txt" not in files
+    with gzip.open(io.BytesIO(sl.build_tarball(project, files))) as g:
+        assert g.read()  # a valid gzip stream
+
+
+def test_redaction_filter():
+    rec = logging.LogRecord("fireworks._base_client", logging.DEBUG, "", 0, "body %s", ({"apiKey": FAKE_WANDB},),
+                            None)
+    sl._Redact([FAKE_WANDB]).filter(rec)
+    assert FAKE_WANDB not in rec.getMessage() and "***" in rec.getMessage()
