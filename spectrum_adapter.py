@@ -462,6 +462,8 @@ class _State:
     episode: Episode
     seed: int
     truth_merged: list[tuple[float, float]]
+    bodies: list[str]  # rendered scan bodies (header + peaks), one per scan
+    truth_intervals: list[tuple[float, float]]  # one per transmitter, same order as episode.truth
     scan: int = 0  # 0-based index of the open scan; == n_scans when done
     records: list[sr.ScanRecord] = field(default_factory=list)
     seen: set[int] = field(default_factory=set)  # transmitters detected in an earlier scan
@@ -479,6 +481,8 @@ class SpectrumEnv:
         self.config = config or EnvConfig()
         self.preset = get_preset(self.config.preset)
         self._s: _State | None = None
+        self._static_tail = _templates().get_template("scan.j2").render(
+            mode="tail", echo=None, notepad=None, max_regions=self.preset.max_regions).strip()
 
     # ---- gym API ---------------------------------------------------------------------------------
 
@@ -487,9 +491,15 @@ class SpectrumEnv:
             raise ValueError(f"seed must be a non-negative int, got {seed!r}")
         seed = int(seed)
         ep = self.preset.episode(seed)
-        truth_merged = sr.clip(sr.merge(sr.regions([c for c, _ in ep.truth], [w for _, w in ep.truth])), *ep.band)
+        truth_merged = sr.report_intervals([c for c, _ in ep.truth], [w for _, w in ep.truth], ep.band)
         scramble = np.random.default_rng([seed, 0x5C4A]) if self.config.memory_mode == "scrambled" else None
-        self._s = _State(ep, seed, truth_merged, scramble=scramble)
+        # Every scan body in one template pass; only the echo/notepad tail is rendered per scan.
+        sep = "\x1e"
+        text = _templates().get_template("scan.j2").render(mode="bodies", scans=ep.scans, band=ep.band,
+                                                            noise_floor=ep.noise_floor, sep=sep)
+        bodies = [b.strip() for b in text.split(sep)[: len(ep.scans)]]
+        truth_iv = [(c - 0.5 * w, c + 0.5 * w) for c, w in ep.truth]
+        self._s = _State(ep, seed, truth_merged, bodies, truth_iv, scramble=scramble)
         self._echo = self._make_echo()
         return self.observation(), {"seed": seed, "n_scans": self.n_scans, "band": ep.band}
 
@@ -632,16 +642,17 @@ class SpectrumEnv:
         return {"prompt": self.render_scan(s.scan), "scan": s.scan + 1, "n_scans": self.n_scans, "done": False}
 
     def render_scan(self, index: int) -> str:
+        """Scan ``index`` as the model reads it (the echo/notepad tail only on the open scan)."""
         s = self._require()._s
         assert s is not None
-        ep = s.episode
-        scan = ep.scans[index]
         echo = self._echo if index == s.scan else None
         notepad = s.notepad if self.config.memory_mode == "icl_notepad" and index == s.scan else None
-        return _templates().get_template("scan.j2").render(
-            k=index + 1, n=self.n_scans, band=ep.band, noise_floor=ep.noise_floor, peaks=scan.peaks,
-            note=scan.note, echo=echo, notepad=notepad, max_regions=self.preset.max_regions,
-        ).strip()
+        if echo is None and notepad is None:
+            tail = self._static_tail
+        else:
+            tail = _templates().get_template("scan.j2").render(mode="tail", echo=echo, notepad=notepad,
+                                                                max_regions=self.preset.max_regions).strip()
+        return s.bodies[index] + "\n" + tail
 
     def truth(self) -> list[tuple[float, float]]:
         """Privileged: every transmitter's (centre, bandwidth). For oracles and analysis only."""
@@ -702,18 +713,15 @@ class SpectrumEnv:
         s = self._s
         assert s is not None
         ep = s.episode
-        report = sr.clip(sr.merge(sr.regions(centres, widths)), *ep.band)
+        report = sr.report_intervals(centres, widths, ep.band)
         sc = sr.score_scan(report, s.truth_merged, ep.band)
         reward = sc.reward(self.config.reward)
         scan = ep.scans[s.scan]
         dormant_seen = s.seen.difference(scan.active)
         covered = 0
         if dormant_seen and report:
-            starts = [a for a, _ in report]
-            for t in dormant_seen:
-                c, w = ep.truth[t]
-                if sr.covered_fraction((c - 0.5 * w, c + 0.5 * w), report, starts) >= 0.5:
-                    covered += 1
+            fracs = sr.coverage(sorted([s.truth_intervals[t] for t in dormant_seen]), report)
+            covered = sum(1 for f in fracs if f >= 0.5)
         now = sorted(centres)
         kept = sum(1 for p in s.prev_report if _near(now, p, self.config.carry_tolerance))
         s.records.append(
@@ -737,7 +745,7 @@ class SpectrumEnv:
         if s is None or mode not in ("scaffold", "scrambled") or s.scan == 0 or s.scan >= self.n_scans:
             return None
         if mode == "scaffold":
-            return list(s.prev_report)
+            return [round(c, 1) for c in s.prev_report]
         lo, hi = s.episode.band
         assert s.scramble is not None
         return sorted(round(float(x), 1) for x in s.scramble.uniform(lo, hi, size=len(s.prev_report)))

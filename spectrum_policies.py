@@ -62,8 +62,8 @@ def parse_scan(text: str) -> ParsedScan | None:
 
 def _report(centres: Sequence[float], widths: Sequence[float], cap: int, band: tuple[float, float]) -> dict:
     lo, hi = band
-    pairs = [(min(hi, max(lo, round(float(c), 2))), round(float(w), 2)) for c, w in zip(centres, widths)][:cap]
-    return {"center_freqs": [c for c, _ in pairs], "bandwidths": [max(0.1, w) for _, w in pairs]}
+    cs = [c if lo <= c <= hi else min(hi, max(lo, c)) for c in centres[:cap]]
+    return {"center_freqs": [float(c) for c in cs], "bandwidths": [float(w) if w > 0.1 else 0.1 for w in widths[:cap]]}
 
 
 class Policy:

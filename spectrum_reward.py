@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 Interval = tuple[float, float]
+EPS = 1e-9  # MHz: a union (or free spectrum) shorter than this counts as empty
 
 # --------------------------------------------------------------------------------------------------
 # Interval arithmetic
@@ -99,7 +100,7 @@ def iou(a: Sequence[Interval], b: Sequence[Interval]) -> float:
     """IoU of two merged lists; 1.0 when both are empty (nothing to find, nothing claimed)."""
     inter = intersection(a, b)
     union = total(a) + total(b) - inter
-    if union <= 0.0:
+    if union <= EPS:
         return 1.0
     return min(1.0, max(0.0, inter / union))
 
@@ -140,10 +141,10 @@ def score_scan(report_merged: Sequence[Interval], truth_merged: Sequence[Interva
     inter = intersection(report_merged, truth_merged)
     r, t = total(report_merged), total(truth_merged)
     union = r + t - inter
-    occ = 1.0 if union <= 0.0 else min(1.0, max(0.0, inter / union))
+    occ = 1.0 if union <= EPS else min(1.0, max(0.0, inter / union))
     width = band[1] - band[0]
     free_union = width - inter
-    avail = 1.0 if free_union <= 1e-12 else min(1.0, max(0.0, (width - union) / free_union))
+    avail = 1.0 if free_union <= EPS else min(1.0, max(0.0, (width - union) / free_union))
     return ScanScore(occ, avail)
 
 
@@ -154,6 +155,47 @@ def check_reward(name: str) -> str:
     if name not in REWARDS:
         raise ValueError(f"unknown reward {name!r}; choose one of {', '.join(REWARDS)}")
     return name
+
+
+def report_intervals(centres: Sequence[float], widths: Sequence[float], band: Interval) -> list[Interval]:
+    """``regions`` + ``clip`` + ``merge`` in one pass (the hot path of scoring a report)."""
+    blo, bhi = band
+    out: list[list[float]] = []
+    for lo, hi in sorted([(c - 0.5 * w, c + 0.5 * w) for c, w in zip(centres, widths)]):
+        if lo < blo:
+            lo = blo
+        if hi > bhi:
+            hi = bhi
+        if hi <= lo:
+            continue
+        if out and lo <= out[-1][1]:
+            if hi > out[-1][1]:
+                out[-1][1] = hi
+        else:
+            out.append([lo, hi])
+    return [(a, b) for a, b in out]
+
+
+def coverage(intervals: Sequence[Interval], merged: Sequence[Interval]) -> list[float]:
+    """Covered fraction of each of ``intervals`` (sorted by start, possibly overlapping) by a merged
+    list, in one forward sweep."""
+    out = []
+    j0 = 0
+    m = len(merged)
+    for lo, hi in intervals:
+        while j0 < m and merged[j0][1] <= lo:
+            j0 += 1
+        acc = 0.0
+        j = j0
+        while j < m and merged[j][0] < hi:
+            a, b = merged[j]
+            a = a if a > lo else lo
+            b = b if b < hi else hi
+            if b > a:
+                acc += b - a
+            j += 1
+        out.append(acc / (hi - lo) if hi > lo else 0.0)
+    return out
 
 
 def covered_fraction(interval: Interval, merged: Sequence[Interval], starts: Sequence[float] | None = None) -> float:

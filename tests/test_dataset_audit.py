@@ -1,0 +1,128 @@
+"""Dataset generator, dataset adapter, scripted policies, the reward audit and its CLI."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import make_spectrum_dataset as mk
+from spectrum_adapter import EnvConfig, SpectrumEnv, env_for_row, row_config
+from spectrum_policies import audit, audit_checks, lookup_truth, make_policy, parse_scan, run_episode
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_rows_carry_the_env_config_and_unique_ids(tmp_path):
+    out = tmp_path / "d.jsonl"
+    assert mk.main(["--n", "5", "--epochs", "3", "--prompt", "weak", "--preset", "seed", "--out", str(out)]) == 0
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(rows) == 15 and len({r["id"] for r in rows}) == 15
+    ctx = rows[0]["environment_context"]
+    assert ctx["preset"] == "seed" and ctx["memory_mode"] == "scaffold" and ctx["prompt"] == "weak"
+    assert row_config(ctx) == EnvConfig(preset="seed", memory_mode="scaffold", prompt="weak")
+    # K epochs of never-repeating bands
+    fps = {}
+    for r in rows:
+        env, seed = env_for_row(r["id"], {"environment_context": r["environment_context"]})
+        assert seed == r["environment_context"]["seed"]
+        env.reset(seed)
+        fps.setdefault(env.band_fingerprint(), []).append(r["id"])
+    assert len(fps) == 15
+    # reproducible
+    out2 = tmp_path / "d2.jsonl"
+    mk.main(["--n", "5", "--epochs", "3", "--prompt", "weak", "--preset", "seed", "--out", str(out2)])
+    assert out.read_text() == out2.read_text()
+
+
+def test_salt_changes_every_band_and_process_salt_is_recorded():
+    a = mk.make_rows(3, salt="")
+    b = mk.make_rows(3, salt="epoch-2")
+    assert [r["environment_context"]["seed"] for r in a] != [r["environment_context"]["seed"] for r in b]
+    p = mk.make_rows(2, salt="process")
+    assert "seed" not in p[0]["environment_context"]
+    env, seed = env_for_row(p[0]["id"], {"environment_context": p[0]["environment_context"]})
+    env.reset(seed)
+    salt = env.metrics()["salt"]
+    assert salt.startswith("p") and salt != "process"
+
+
+def test_dataset_adapter_accepts_raw_and_evaluation_rows_alike():
+    raw = mk.make_rows(2, prompt="notepad-explicit")
+    evr = [mk.to_evaluation_row_dict(r) for r in raw]
+    a, b = mk.dataset_adapter(raw), mk.dataset_adapter(evr)
+    assert [r.input_metadata.row_id for r in a] == [r.input_metadata.row_id for r in b]
+    assert a[0].messages[0].role == "system" and "notepad" in a[0].messages[0].content
+    assert a[0].input_metadata.dataset_info == b[0].input_metadata.dataset_info
+    assert a[0].input_metadata.dataset_info["environment_context"]["memory_mode"] == "notepad"
+    with pytest.raises(ValueError, match="neither"):
+        mk.dataset_adapter([{"foo": 1}])
+    # the privileged oracle registry knows these bands
+    env, seed = env_for_row(raw[1]["id"], a[1].input_metadata.dataset_info)
+    env.reset(seed)
+    assert lookup_truth(env.render_scan(5)) == env.truth()
+
+
+def test_generator_rejects_bad_options(capsys):
+    with pytest.raises(SystemExit):
+        mk.main(["--n", "0", "--out", "x.jsonl"])
+    with pytest.raises(SystemExit):
+        mk.main(["--n", "2", "--preset", "nope", "--out", "x.jsonl"])
+    assert "unknown preset" in capsys.readouterr().err
+
+
+def test_policies_read_only_the_text():
+    env = SpectrumEnv(EnvConfig(preset="seed", memory_mode="scaffold"))
+    obs, _ = env.reset(21)
+    sc = parse_scan(obs["prompt"])
+    assert sc.scan == 1 and sc.n_scans == 12 and sc.band == (0.0, 180.0) and sc.max_regions == 16
+    assert len(sc.peaks) == len(env._s.episode.scans[0].peaks)  # noqa: SLF001 (test peeks at the truth)
+    mem = make_policy("memoryless")
+    mem.observe(sc)
+    assert mem.act()["center_freqs"] == [p[0] for p in sc.peaks]
+    obs, *_ = env.step({"center_freqs": [33.3]})
+    acc = make_policy("accumulate")
+    acc.observe(parse_scan(obs["prompt"]))  # a fresh accumulator still sees the scaffold echo
+    assert 33.3 in acc.act()["center_freqs"]
+    assert parse_scan("hello") is None
+    with pytest.raises(ValueError):
+        make_policy("carpet-0")
+
+
+def test_ladder_orders_policies_and_memory_metrics_move():
+    env = SpectrumEnv(EnvConfig(preset="default", memory_mode="none"))
+    res = {n: [run_episode(env, n, s) for s in range(40)] for n in ("empty", "memoryless", "accumulate", "oracle")}
+    mean = {n: sum(m["score"] for m in ms) / len(ms) for n, ms in res.items()}
+    assert mean["empty"] == 0.0 < mean["memoryless"] < mean["accumulate"] < mean["oracle"] == 1.0
+    recall = {n: sum(m["dormant_recall"] for m in ms) / len(ms) for n, ms in res.items() if n != "empty"}
+    assert recall["memoryless"] < 0.1 < 0.7 < recall["accumulate"]
+    gain = {n: sum(m["memory_gain"] for m in ms) / len(ms) for n, ms in res.items()}
+    assert gain["accumulate"] > 0.1 and abs(gain["oracle"]) < 1e-12
+
+
+def test_reward_audit_default_preset_passes_at_500_episodes():
+    r = audit("default", "default", 500, ["memoryless", "accumulate", "oracle", "carpet-16", "carpet-14", "random-16"])
+    checks = audit_checks(r)
+    assert all(ok for _, ok in checks), checks
+
+
+def test_reward_audit_seed_preset_reproduces_the_original_and_shows_the_carpet_exploit():
+    r = audit("seed", "occ_iou", 500, ["memoryless", "accumulate", "carpet-16"])
+    p = r["policies"]
+    assert p["memoryless"]["score"] == pytest.approx(0.16, abs=0.03)
+    assert 0.45 <= p["accumulate"]["score"] <= 0.52
+    assert p["carpet-16"]["score"] > 2 * p["memoryless"]["score"]  # the exploit the default preset removes
+
+
+def test_audit_cli_json_shape():
+    r = subprocess.run([sys.executable, "-m", "spectrum_cli", "audit", "--preset", "seed", "--reward", "occ_iou",
+                        "--episodes", "5", "--policies", "memoryless,accumulate,oracle,carpet-8", "--json"],
+                       cwd=ROOT, capture_output=True, text=True, check=True)
+    out = json.loads(r.stdout)
+    assert set(out) == {"preset", "reward", "episodes", "policies"}
+    assert set(out["policies"]["accumulate"]) == {"score", "memory_gain", "dormant_recall"}
+    assert out["policies"]["oracle"]["score"] == 1.0
+    bad = subprocess.run([sys.executable, "-m", "spectrum_cli", "audit", "--policies", "wizard"], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown policy" in bad.stderr

@@ -1,0 +1,128 @@
+"""Interval arithmetic and IoUs: hand-computed cases and hypothesis properties."""
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import spectrum_reward as sr
+
+BAND = (0.0, 100.0)
+
+coord = st.floats(min_value=-20, max_value=120, allow_nan=False, allow_infinity=False)
+interval = st.tuples(coord, coord).map(lambda t: (min(t), max(t)))
+intervals = st.lists(interval, max_size=12)
+
+
+def brute_length(ivs, lo=-50.0, hi=150.0, step=0.01):
+    """Reference measure on a fine grid (only for property checks, with a tolerance)."""
+    n = int((hi - lo) / step)
+    return sum(step for k in range(n) if any(a <= lo + (k + 0.5) * step < b for a, b in ivs))
+
+
+def test_hand_computed_occ_iou():
+    truth = [(10.0, 18.0), (40.0, 48.0)]  # 16 MHz occupied
+    report = [(14.0, 22.0)]  # overlaps 4 MHz of the first
+    # union = 16 + 8 - 4 = 20
+    assert sr.occ_iou(report, truth, BAND) == pytest.approx(4 / 20)
+    assert sr.occ_iou(truth, truth, BAND) == 1.0
+    assert sr.occ_iou([], truth, BAND) == 0.0
+
+
+def test_hand_computed_avail_iou():
+    truth = [(10.0, 18.0), (40.0, 48.0)]  # free = 84
+    report = [(14.0, 22.0)]  # report's free = 92; free-intersection = 100 - 20 = 80; free-union = 100 - 4 = 96
+    assert sr.avail_iou(report, truth, BAND) == pytest.approx(80 / 96)
+    assert sr.avail_iou([], [], BAND) == 1.0
+    assert sr.avail_iou([BAND], [BAND], BAND) == 1.0  # both complements empty
+
+
+def test_merge_clip_complement_cases():
+    assert sr.merge([(5, 10), (0, 3), (2, 6), (20, 20)]) == [(0, 10)]
+    assert sr.merge([(0, 1), (1, 2)]) == [(0, 2)]  # touching intervals join
+    assert sr.clip([(-5, 5), (95, 105)], 0, 100) == [(0, 5), (95, 100)]
+    assert sr.complement([(0, 5), (95, 100)], 0, 100) == [(5, 95)]
+    assert sr.complement([], 0, 100) == [(0, 100)]
+    assert sr.intersection([(0, 10), (20, 30)], [(5, 25)]) == 10
+
+
+def test_episode_metrics_halves_and_gain():
+    recs = [sr.ScanRecord(i + 1, r, r, 0.5, False, 1, 0, 0, 0, 0) for i, r in enumerate([0.1, 0.2, 0.3, 0.5, 0.7])]
+    m = sr.episode_metrics(recs)
+    assert m["early_mean"] == pytest.approx(0.15) and m["late_mean"] == pytest.approx(0.6)
+    assert m["memory_gain"] == pytest.approx(0.45)
+    assert m["score"] == pytest.approx(sum([0.1, 0.2, 0.3, 0.5, 0.7]) / 5)
+    one = sr.episode_metrics(recs[:1])
+    assert one["memory_gain"] is None and one["early_mean"] is None
+
+
+def test_reward_names():
+    assert sr.check_reward("default") == "default"
+    with pytest.raises(ValueError, match="unknown reward"):
+        sr.check_reward("occ")
+
+
+@given(intervals)
+def test_merge_is_sorted_disjoint_and_preserves_measure(ivs):
+    m = sr.merge(ivs)
+    assert all(a < b for a, b in m)
+    assert all(m[i][1] < m[i + 1][0] for i in range(len(m) - 1))
+    assert sr.merge(m) == m
+    assert sr.total(m) <= sum(b - a for a, b in ivs if b > a) + 1e-9
+
+
+@settings(max_examples=40, deadline=None)
+@given(intervals)
+def test_merge_measure_matches_grid(ivs):
+    assert sr.total(sr.merge(ivs)) == pytest.approx(brute_length(ivs), abs=0.02 * (len(ivs) + 1))
+
+
+@given(intervals, intervals)
+def test_iou_bounds_symmetry_identity(a, b):
+    ma, mb = sr.merge(a), sr.merge(b)
+    v = sr.iou(ma, mb)
+    assert 0.0 <= v <= 1.0
+    assert v == pytest.approx(sr.iou(mb, ma))
+    assert sr.iou(ma, ma) == 1.0
+    assert 0.0 <= sr.occ_iou(a, b, BAND) <= 1.0
+    assert 0.0 <= sr.avail_iou(a, b, BAND) <= 1.0
+
+
+grid = st.integers(-160, 960).map(lambda k: k / 8)  # exact in binary: no cancellation noise
+grid_intervals = st.lists(st.tuples(grid, grid).map(lambda t: (min(t), max(t))), max_size=12)
+
+
+@given(grid_intervals, grid_intervals)
+def test_score_scan_matches_the_complement_definitions(report, truth):
+    r = sr.clip(sr.merge(report), *BAND)
+    t = sr.clip(sr.merge(truth), *BAND)
+    sc = sr.score_scan(r, t, BAND)
+    assert sc.occ == pytest.approx(sr.occ_iou(report, truth, BAND), abs=1e-9)
+    assert sc.avail == pytest.approx(sr.avail_iou(report, truth, BAND), abs=1e-9)
+
+
+@given(st.lists(st.tuples(coord, st.floats(0.1, 30)), max_size=16))
+def test_report_intervals_equals_regions_clip_merge(pairs):
+    cs, ws = [c for c, _ in pairs], [w for _, w in pairs]
+    fast = sr.report_intervals(cs, ws, BAND)
+    slow = sr.merge(sr.clip(sr.merge(sr.regions(cs, ws)), *BAND))
+    assert len(fast) == len(slow)
+    for (a, b), (c, d) in zip(fast, slow):
+        assert a == pytest.approx(c) and b == pytest.approx(d)
+
+
+@given(st.lists(interval, max_size=8), intervals)
+def test_coverage_sweep_equals_pointwise(targets, report):
+    m = sr.merge(report)
+    targets = sorted(targets)
+    got = sr.coverage(targets, m)
+    for (lo, hi), g in zip(targets, got):
+        assert g == pytest.approx(sr.covered_fraction((lo, hi), m), abs=1e-9)
+        assert 0.0 <= g <= 1.0 + 1e-12
+
+
+def test_is_finite_number():
+    assert sr.is_finite_number(1) and sr.is_finite_number(2.5)
+    for bad in (math.nan, math.inf, -math.inf, True, "1", None, [1]):
+        assert not sr.is_finite_number(bad)
