@@ -495,7 +495,8 @@ class SpectrumEnv:
         scramble = np.random.default_rng([seed, 0x5C4A]) if self.config.memory_mode == "scrambled" else None
         # Every scan body in one template pass; only the echo/notepad tail is rendered per scan.
         sep = "\x1e"
-        text = _templates().get_template("scan.j2").render(mode="bodies", scans=ep.scans, band=ep.band,
+        band_text = f"{ep.band[0]:.1f}-{ep.band[1]:.1f}"
+        text = _templates().get_template("scan.j2").render(mode="bodies", scans=ep.scans, band_text=band_text,
                                                             noise_floor=ep.noise_floor, sep=sep)
         bodies = [b.strip() for b in text.split(sep)[: len(ep.scans)]]
         truth_iv = [(c - 0.5 * w, c + 0.5 * w) for c, w in ep.truth]
