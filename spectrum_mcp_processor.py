@@ -1,0 +1,346 @@
+"""``MCPGymRolloutProcessor`` for the spectrum server, without eval-protocol's McpGym waste and traps.
+
+eval-protocol's dialogue loop (``ExecutionManager``) is kept as it is; three of its collaborators are
+subclassed, per processor call, never patched process-wide:
+
+* :class:`SpectrumConnectionManager` (the MCP client): a tool call is ONE request. The reward, the
+  termination flag and, at the end, the env's metrics come back in the tool result's ``_meta`` (data,
+  never message text), so the stock client's two control-plane GETs per call, each through a newly
+  built ``httpx.AsyncClient`` (~20 ms CPU apiece: an SSL context even for http), are gone. The initial
+  state is read over the same MCP connection (``spectrum://initial_state``: seeded for this row, also on
+  a fresh server); ``reset_session`` closes an episode that ended early (``spectrum://finish/...``: the
+  unplayed scans are scored as skipped) instead of POSTing a reset.
+* :class:`SpectrumVectorEnv`: the scan reaches the model as plain text (not a JSON-escaped dict), and
+  each tool call tells the server whether it ends the model's turn (the env's per-scan call budget
+  counts model calls).
+* :class:`SpectrumPolicy` (a ``LiteLLMPolicy``): per row, the model sees the ICL-off window of
+  :func:`spectrum_context_window.window` and the row's own tool schemas (``SpectrumEnv.tools()``); no
+  model call is made after the episode has ended (eval-protocol's loop makes one more); response
+  caching is off unless asked for (GRPO candidates would otherwise get identical answers).
+
+The server (``spectrum_server.py``) is started with this Python (``sys.executable``), on 127.0.0.1, on a
+free port unless ``port`` is given, logging to a temp file, and exits on its own if this process dies.
+``server_mode="shared"`` (default) keeps one server per script for the whole process (rollouts are
+isolated per MCP connection, so restarting buys nothing); ``stop_shared_servers()`` stops them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextvars
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import AnyUrl
+
+import eval_protocol as ep
+from eval_protocol.mcp.client.connection import MCPConnectionManager
+from eval_protocol.mcp.execution.manager import ExecutionManager
+from eval_protocol.mcp.execution.policy import LiteLLMPolicy
+from eval_protocol.mcp.session.manager import GeneralMCPVectorEnv
+from eval_protocol.models import EvaluationRow
+from eval_protocol.pytest.default_mcp_gym_rollout_processor import MCPGymRolloutProcessor
+from eval_protocol.pytest.types import RolloutProcessorConfig
+from eval_protocol.pytest.utils import normalize_fireworks_model_for_litellm
+from eval_protocol.types import MCPToolCall
+
+from spectrum_adapter import row_config, tool_schemas
+from spectrum_context_window import window
+
+# Kept in sync with spectrum_mcp (imported lazily there: the server module is heavier than needed here).
+META_KEY = "spectrum"
+TURN_END_KEY = "spectrum/turn_end"
+INITIAL_STATE_URI = "spectrum://initial_state"
+FINISH_URI = "spectrum://finish/{reason}"
+
+SERVER_SCRIPT = str(Path(__file__).resolve().parent / "spectrum_server.py")
+
+
+# --------------------------------------------------------------------------------------------------
+# Per-row facts the client needs (memory mode, tool schemas)
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RowSpec:
+    memory_mode: str
+    tools: list  # OpenAI function schemas of this row (the env's single definition)
+
+
+def row_spec(row: EvaluationRow) -> RowSpec:
+    cfg = row_config(row.input_metadata.dataset_info if row.input_metadata else None)
+    return RowSpec(cfg.memory_mode, tool_schemas(cfg.memory_mode, cfg.preset))
+
+
+_ROW: contextvars.ContextVar[RowSpec | None] = contextvars.ContextVar("spectrum_row", default=None)
+
+
+def _text_of(result: Any) -> str:
+    for c in getattr(result, "content", None) or getattr(result, "contents", None) or []:
+        t = getattr(c, "text", None)
+        if isinstance(t, str):
+            return t
+    return ""
+
+
+def _decode(text: str) -> dict:
+    try:
+        obs = json.loads(text)
+    except ValueError:
+        return {"observation": text}
+    return obs if isinstance(obs, dict) else {"observation": text}
+
+
+# --------------------------------------------------------------------------------------------------
+# Client side
+# --------------------------------------------------------------------------------------------------
+
+
+class SpectrumConnectionManager(MCPConnectionManager):
+    """One MCP request per tool call; control-plane data from the result's ``_meta``."""
+
+    async def get_initial_state(self, session: Any) -> Any:
+        if not session._mcp_session:
+            raise RuntimeError("Session not initialized")
+        res = await session._mcp_session.read_resource(AnyUrl(INITIAL_STATE_URI))
+        return _decode(_text_of(res))
+
+    async def call_tool(self, session: Any, tool_name: str, arguments: dict) -> tuple[Any, float, bool, dict]:
+        if not session._mcp_session:
+            raise RuntimeError("Session not initialized")
+        turn_end = bool(getattr(session, "spectrum_turn_end", True))
+        result = await session._mcp_session.call_tool(tool_name, arguments, meta={TURN_END_KEY: turn_end})
+        text = _text_of(result)
+        obs = _decode(text)
+        meta = (result.meta or {}).get(META_KEY) or {}
+        if result.isError:  # a protocol-level failure (not a refused report: the env answers those)
+            obs = {"observation": text or f"Error: tool {tool_name} failed."}
+        if isinstance(meta.get("result"), dict):
+            session.spectrum_result = meta["result"]
+        info = {"control_plane": {"source": "tool_result_meta", "scan": meta.get("scan"),
+                                  "advanced": meta.get("advanced"), "error": meta.get("error")}}
+        return obs, float(meta.get("reward") or 0.0), bool(meta.get("terminated")), info
+
+    async def reset_session(self, session: Any) -> None:
+        # ExecutionManager calls this after every rollout, before close_session. The server's env lives
+        # and dies with the connection, so there is nothing to reset; an episode that ended early is
+        # closed here (remaining scans scored as skipped) and its metrics collected.
+        if getattr(session, "spectrum_result", None) is not None or not session._mcp_session:
+            return
+        reason = getattr(session, "spectrum_end_reason", None) or "unfinished"
+        res = await session._mcp_session.read_resource(AnyUrl(FINISH_URI.format(reason=reason)))
+        session.spectrum_result = _decode(_text_of(res))
+
+
+class SpectrumVectorEnv(GeneralMCPVectorEnv):
+    def __init__(self, base: GeneralMCPVectorEnv, last_calls: dict[int, MCPToolCall]):
+        super().__init__(base.sessions, base.dataset_rows)
+        self.connection_manager = SpectrumConnectionManager()
+        self._last_calls = last_calls  # env index -> the last tool call of the current model turn
+
+    async def step(self, env_index: int, tool_call: MCPToolCall):
+        session = self.sessions[env_index]
+        session.spectrum_turn_end = self._last_calls.get(env_index) is tool_call
+        return await super().step(env_index, tool_call)
+
+    def format_tool_response(self, obs: Any):
+        if isinstance(obs, dict) and isinstance(obs.get("observation"), str):
+            return obs["observation"]
+        return super().format_tool_response(obs)
+
+
+class SpectrumPolicy(LiteLLMPolicy):
+    """``LiteLLMPolicy`` with the row's window and tools, and no model call after the episode."""
+
+    def __init__(self, specs: list[RowSpec], sessions: list, **kwargs: Any):
+        kwargs.setdefault("use_caching", False)
+        super().__init__(**kwargs)
+        self._specs = specs
+        self._sessions = sessions
+        self.last_calls: dict[int, MCPToolCall] = {}
+        self.llm_calls = 0  # model calls made (for tests and benches)
+
+    async def __call__(self, tool_schemas: list, env_index: int, conversation_history: list):
+        last = conversation_history[-1] if conversation_history else {}
+        if last.get("role") == "tool" and (last.get("metadata") or {}).get("terminated"):
+            # eval-protocol asks for one more reply after the env ended the episode: nothing to ask.
+            return [MCPToolCall("_no_tool_call", {"reason": "episode_over"})], None, "control_plane_signal"
+        token = _ROW.set(self._specs[env_index])
+        try:
+            calls, usage, finish = await super().__call__(tool_schemas, env_index, conversation_history)
+        finally:
+            _ROW.reset(token)
+        if calls and calls[0].tool_name == "_no_tool_call":
+            self._sessions[env_index].spectrum_end_reason = "no_tool_call"
+        elif calls:
+            self.last_calls[env_index] = calls[-1]
+        return calls, usage, finish
+
+    def _convert_mcp_tools_to_llm_format(self, mcp_tools: list) -> list:
+        spec = _ROW.get()
+        return spec.tools if spec is not None else super()._convert_mcp_tools_to_llm_format(mcp_tools)
+
+    async def _make_llm_call(self, messages: list, tools: list) -> dict:
+        spec = _ROW.get()
+        if spec is not None:
+            messages = window(messages, spec.memory_mode)
+        self.llm_calls += 1
+        return await super()._make_llm_call(messages, tools)
+
+
+# --------------------------------------------------------------------------------------------------
+# Server lifecycle
+# --------------------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class SpectrumServer:
+    """``spectrum_server.py`` as a child process on 127.0.0.1."""
+
+    def __init__(self, script: str = SERVER_SCRIPT, port: int | None = None, extra_args: list[str] | None = None):
+        self.script = str(Path(script).resolve())
+        self.port = port or free_port()
+        self.extra_args = list(extra_args or [])
+        self.process: subprocess.Popen | None = None
+        self.log_path = Path(tempfile.gettempdir()) / f"spectrum_server_{os.getpid()}_{self.port}.log"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp/"
+
+    def start(self, timeout: float = 90.0) -> "SpectrumServer":
+        if self.process is not None:
+            return self
+        env = {**os.environ}
+        env.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        with open(self.log_path, "w") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, self.script, "--port", str(self.port), "--parent-pid", str(os.getpid()),
+                 *self.extra_args], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(Path(self.script).parent))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                break
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return self
+            time.sleep(0.05)
+        log_tail = self.log_path.read_text()[-3000:] if self.log_path.exists() else ""
+        self.stop()
+        raise RuntimeError(f"spectrum server did not start on port {self.port}:\n{log_tail}")
+
+    def stop(self) -> None:
+        p, self.process = self.process, None
+        if p is None:
+            return
+        p.terminate()
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+
+_SHARED: dict[tuple[str, int | None], SpectrumServer] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def stop_shared_servers() -> None:
+    with _SHARED_LOCK:
+        servers = list(_SHARED.values())
+        _SHARED.clear()
+    for s in servers:
+        s.stop()
+
+
+atexit.register(stop_shared_servers)
+
+
+# --------------------------------------------------------------------------------------------------
+# The processor
+# --------------------------------------------------------------------------------------------------
+
+
+class SpectrumMcpRolloutProcessor(MCPGymRolloutProcessor):
+    """See the module docstring. Rows end up with ``execution_metadata.extra["spectrum"]`` = the env's
+    metrics (``per_scan_reward``, ``scan_records``...) as reported by the server."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.spectrum_server: SpectrumServer | None = None
+        self.last_policy: SpectrumPolicy | None = None
+
+    def _server(self, config: RolloutProcessorConfig) -> SpectrumServer:
+        kw = dict(config.kwargs or {})
+        mode = kw.get("server_mode", "shared")
+        port = kw.get("port") or None
+        script = config.server_script_path or SERVER_SCRIPT
+        self.server_mode = mode
+        if mode == "shared":
+            key = (str(Path(script).resolve()), port)
+            with _SHARED_LOCK:
+                server = _SHARED.get(key)
+                if server is None or server.process is None or server.process.poll() is not None:
+                    server = _SHARED[key] = SpectrumServer(script, port).start()
+            return server
+        if self.spectrum_server is None or self.spectrum_server.process is None:
+            self.spectrum_server = SpectrumServer(script, port).start()
+        return self.spectrum_server
+
+    def __call__(self, rows: list[EvaluationRow], config: RolloutProcessorConfig) -> list[asyncio.Task[EvaluationRow]]:
+        server = self._server(config)
+        completion_params = normalize_fireworks_model_for_litellm(config.completion_params) or {}
+        for row in rows:
+            row.input_metadata.completion_params = completion_params
+        specs = [row_spec(r) for r in rows]
+        params = {k: v for k, v in completion_params.items() if k not in ("model", "temperature", "max_tokens",
+                                                                           "extra_body")}
+        base = ep.make(server.base_url, evaluation_rows=rows, model_id=str(completion_params.get("model")))
+        policy = SpectrumPolicy(
+            specs, base.sessions,
+            model_id=str(completion_params.get("model") or "gpt-4o-mini"),
+            temperature=completion_params.get("temperature", 0.0),
+            max_tokens=completion_params.get("max_tokens", 4096),
+            **(completion_params.get("extra_body") or {}), **params,
+        )
+        self.policy = self.last_policy = policy
+        envs = SpectrumVectorEnv(base, policy.last_calls)
+        inner = ExecutionManager().execute_rollouts(envs, policy=policy, semaphore=config.semaphore,
+                                                    steps=config.steps, evaluation_rows=rows)
+
+        async def finish(i: int, task: asyncio.Task) -> EvaluationRow:
+            row = await task
+            result = getattr(envs.sessions[i], "spectrum_result", None)
+            extra = dict(row.execution_metadata.extra or {})
+            if result is not None:
+                extra["spectrum"] = result
+            row.execution_metadata.extra = extra
+            row.tools = specs[i].tools
+            return row
+
+        return [asyncio.create_task(finish(i, t)) for i, t in enumerate(inner)]
+
+    def cleanup(self) -> None:
+        self.policy = None
+        if self.server_mode != "shared" and self.spectrum_server is not None:
+            self.spectrum_server.stop()
+            self.spectrum_server = None
