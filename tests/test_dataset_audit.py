@@ -126,3 +126,25 @@ def test_audit_cli_json_shape():
     bad = subprocess.run([sys.executable, "-m", "spectrum_cli", "audit", "--policies", "wizard"], cwd=ROOT,
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown policy" in bad.stderr
+
+
+def test_padding_a_good_report_with_blind_tiles_lowers_the_default_reward():
+    """The default preset's exploit check: filling the unused slots of the accumulate report with evenly
+    spaced tiles must not pay."""
+    from spectrum_policies import Accumulate
+
+    env = SpectrumEnv(EnvConfig(preset="default", memory_mode="none"))
+    plain, padded = [], []
+    for pad in (False, True):
+        for s in range(150):
+            obs, _ = env.reset(s)
+            acc = Accumulate()
+            while not obs["done"]:
+                acc.observe(parse_scan(obs["prompt"]))
+                rep = acc.act()["center_freqs"]
+                if pad:
+                    free = 16 - len(rep)
+                    rep = rep + [480.0 * (i + 0.5) / free for i in range(free)] if free else rep
+                obs, *_ = env.step({"center_freqs": rep})
+            (padded if pad else plain).append(env.metrics()["score"])
+    assert sum(padded) < sum(plain)
