@@ -1,0 +1,594 @@
+"""``spectrum-rft eval``: run the evaluator offline on baseline policies or a model, with eval-protocol.
+
+    spectrum-rft eval                                     # the ladder memoryless < accumulate < oracle, 16 rows
+    spectrum-rft eval --path mcp --rows 8                 # the same through the McpGym path
+    spectrum-rft eval --model local --rows 2              # SmolLM2-135M served by llama.cpp on 127.0.0.1
+    spectrum-rft eval --model openai/qwen3 --api-base http://127.0.0.1:8000/v1 --tool-choice auto
+
+How a run is made (and why): for every model, the evaluation entry itself
+(``test_spectrum_turn.py::test_spectrum_turn`` or ``test_spectrum_rft.py::test_spectrum_rft``) is run by
+pytest in a child process with eval-protocol's own flags: ``--ep-completion-params`` (the model),
+``--ep-jsonl-path`` (a dataset written by :func:`make_spectrum_dataset.make_rows`), ``--ep-max-rows``,
+``--ep-max-concurrent-rollouts`` and ``--ep-output-dir``, where eval-protocol persists every finished
+row (EvaluationRow JSON with ``evaluation_result`` and ``execution_metadata.extra``). That is exactly
+what the Fireworks cloud executes: the entry's own decorator configuration (rollout processor, its
+kwargs, the MCP server script, ``steps``, dataset adapter) and its own scoring, with eval-protocol's
+retries. Nothing here re-implements a rollout or a score, so the two cannot drift apart; a child
+process per model also keeps eval-protocol's environment-variable configuration (its pytest plugin
+writes ``os.environ``) out of this process and isolates a crashing model. The cost is ~3 s of imports
+per model, which the 2-minute budget of the default ladder absorbs.
+
+The progress bar follows eval-protocol's rollout bar in the child's output (rows done per model); if
+that format ever changes, the bar degrades to per-model progress, never to a failure.
+
+Results go under ``--out`` (default ``runs/eval/<path>-<time>``): ``dataset.jsonl`` (the input rows),
+``rows.jsonl`` (every scored EvaluationRow), ``summary.json``, ``per_scan_reward.png`` and
+``logs/<model>.log`` (each child's pytest output).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from spectrum_local import LocalServerError  # stdlib only: cheap
+
+ROOT = Path(__file__).resolve().parent
+ENTRIES: dict[str, tuple[str, str]] = {
+    "turn": ("test_spectrum_turn.py", "test_spectrum_turn"),  # in-process SpectrumTurnRolloutProcessor
+    "mcp": ("test_spectrum_rft.py", "test_spectrum_rft"),  # McpGym server + eval-protocol's MCP processor
+}
+DEFAULT_LADDER = ("memoryless", "accumulate", "oracle")
+METRICS = ("score", "mean_occ", "mean_avail", "memory_gain", "dormant_recall", "scans_skipped")
+POLICY_PREFIX = "spectrum/"
+PRIVILEGED = {"spectrum/oracle"}
+OFFLINE_ENV = {"EP_NO_UPLOAD": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "EP_DISABLE_AUTO_BROWSER": "1"}
+# eval-protocol's rollout bar: "  Run 1:  50%|█████     | 8/16 [00:01<00:01, 7.9rollout/s]"
+_TQDM_RUN = re.compile(r"Run \d+:\s*\d+%\|[^|\r\n]*\|\s*(\d+)/(\d+)")
+
+
+class EvalError(RuntimeError):
+    """A model's run produced no scored rows (the message carries the tail of its pytest output)."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Models
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ModelSpec:
+    """One model of a run: its label in tables and the litellm completion params the entry receives."""
+
+    label: str
+    params: dict[str, Any] = field(default_factory=dict)
+    local: bool = False  # started by this run (spectrum_local.local_server)
+
+    @property
+    def privileged(self) -> bool:
+        return self.params.get("model") in PRIVILEGED
+
+    @property
+    def display(self) -> str:
+        return f"{self.label} (privileged)" if self.privileged else self.label
+
+
+def _is_policy_name(name: str) -> bool:
+    import spectrum_policies as sp  # noqa: PLC0415
+
+    try:
+        sp.make_policy(name)
+    except ValueError:
+        return False
+    return True
+
+
+def model_specs(names: Sequence[str], *, api_base: str | None = None, tool_choice: str | None = None,
+                extra: dict[str, Any] | None = None) -> list[ModelSpec]:
+    """Model names -> specs. A bare policy name (``accumulate``, ``carpet-16``) means ``spectrum/<name>``;
+    ``local`` is the SmolLM2 server this run starts; anything else is a litellm model name, given
+    ``--api-base`` / ``--tool-choice`` / ``--param`` when set."""
+    specs: list[ModelSpec] = []
+    for name in names:
+        if name == "local":
+            specs.append(ModelSpec("local", {**(extra or {})}, local=True))
+            continue
+        model = name
+        if not name.startswith(POLICY_PREFIX) and "/" not in name and _is_policy_name(name):
+            model = POLICY_PREFIX + name
+        if model.startswith(POLICY_PREFIX):
+            if not _is_policy_name(model[len(POLICY_PREFIX):]):
+                raise ValueError(f"unknown baseline policy model {model!r}")
+            specs.append(ModelSpec(model, {"model": model}))
+            continue
+        params: dict[str, Any] = {"model": model, **(extra or {})}
+        if api_base:
+            params["api_base"] = api_base
+        if tool_choice:
+            params["tool_choice"] = tool_choice
+        specs.append(ModelSpec(model, params))
+    labels = [s.label for s in specs]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"a model is listed twice: {labels}")
+    return specs
+
+
+# --------------------------------------------------------------------------------------------------
+# The models through one evaluation entry (one pytest child process)
+# --------------------------------------------------------------------------------------------------
+
+_MARK = "@@spectrum-eval item"
+
+
+def pytest_runtest_logstart(nodeid: str, location: Any) -> None:
+    """pytest hook, active only in the child (``-p spectrum_eval``): marks where each model's item
+    starts, so the parent's progress bar knows which model is running."""
+    stream = sys.__stderr__
+    if stream is not None:
+        stream.write(f"\n{_MARK} {nodeid}\n")
+        stream.flush()
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "model"
+
+
+def child_env(specs: Sequence[ModelSpec], *, keep_ep_logs: bool = False) -> dict[str, str]:
+    """The child's environment: offline defaults, no Fireworks tracing when every model is offline, and
+    a dummy OpenAI key for an OpenAI-compatible endpoint (litellm insists on one)."""
+    env = dict(os.environ)
+    for k, v in OFFLINE_ENV.items():
+        env.setdefault(k, v)
+    if not keep_ep_logs:
+        env["DISABLE_EP_SQLITE_LOG"] = "1"  # eval-protocol's shared sqlite row log: slow; rows.jsonl has the rows
+    models = [str(s.params.get("model", "")) for s in specs]
+    if all(m.startswith(POLICY_PREFIX) or s.params.get("api_base") for m, s in zip(models, specs)):
+        env.pop("FIREWORKS_API_KEY", None)  # with it set, eval-protocol posts logs to Fireworks tracing
+    if any(m.startswith("openai/") and s.params.get("api_base") for m, s in zip(models, specs)):
+        env.setdefault("OPENAI_API_KEY", "dummy")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
+    return env
+
+
+def entry_command(path: str, specs: Sequence[ModelSpec], dataset: Path, rows: int, out_dir: Path,
+                   concurrency: int) -> list[str]:
+    """``python -m pytest <entry> --ep-completion-params ... (once per model) ...``: one test item per model."""
+    entry_file, entry_fn = ENTRIES[path]
+    cmd = [sys.executable, "-m", "pytest", f"{entry_file}::{entry_fn}", "-q", "-p", "no:cacheprovider",
+           "-p", "spectrum_eval", "--rootdir", str(ROOT), "--no-header", "--capture=sys"]
+    for spec in specs:
+        cmd += ["--ep-completion-params", json.dumps(spec.params, sort_keys=True)]
+    return cmd + ["--ep-jsonl-path", str(dataset), "--ep-max-rows", str(rows),
+                  "--ep-max-concurrent-rollouts", str(concurrency), "--ep-output-dir", str(out_dir), "--ep-no-upload"]
+
+
+def _tail(text: str, n: int = 3000) -> str:
+    text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", text)
+    return text[-n:].strip()
+
+
+def load_result_rows(out_dir: Path) -> list[dict]:
+    """The rows eval-protocol persisted under ``--ep-output-dir`` (``experiment_results/*.jsonl``), as
+    EvaluationRow JSON (its flattened ``evals``/``eval_details`` copies dropped)."""
+    rows = []
+    for f in sorted((out_dir / "experiment_results").glob("*.jsonl")):
+        for line in f.read_text().splitlines():
+            if line.strip():
+                d = json.loads(line)
+                d.pop("evals", None)
+                d.pop("eval_details", None)
+                rows.append(d)
+    return rows
+
+
+def _owner(row: dict, specs: Sequence[ModelSpec]) -> ModelSpec | None:
+    """The spec whose completion params a row carries (processors may add keys such as ``timeout``)."""
+    cp = (row.get("input_metadata") or {}).get("completion_params") or {}
+    best, best_n = None, -1
+    for spec in specs:
+        norm = json.loads(json.dumps(spec.params))
+        if all(cp.get(k) == v for k, v in norm.items()) and len(norm) > best_n:
+            best, best_n = spec, len(norm)
+    return best
+
+
+def run_models(path: str, specs: Sequence[ModelSpec], dataset: Path, rows: int, *, concurrency: int,
+               log_path: Path, timeout: float | None = None, keep_ep_logs: bool = False,
+               progress: "Progress | None" = None) -> dict[str, list[dict]]:
+    """Run every model through the evaluation entry of ``path`` in one pytest child; return each model's
+    scored rows (EvaluationRow JSON) in dataset order. A model with no rows maps to ``[]``."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="spectrum-eval-") as tmp:
+        out_dir = Path(tmp)
+        cmd = entry_command(path, specs, dataset, rows, out_dir, concurrency)
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=child_env(specs, keep_ep_logs=keep_ep_logs),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        chunks: list[str] = []
+
+        def pump() -> None:
+            assert proc.stdout is not None
+            buf, item = "", -1
+            for raw in iter(lambda: proc.stdout.read1(8192), b""):  # type: ignore[union-attr]
+                text = raw.decode("utf-8", "replace")
+                chunks.append(text)
+                if progress is None:
+                    continue
+                buf = (buf + text)[-600:]
+                if _MARK in text:
+                    item += text.count(_MARK)
+                    buf = buf[buf.rindex(_MARK):]
+                    progress.model(min(item, len(specs) - 1), specs[min(item, len(specs) - 1)].label)
+                hits = _TQDM_RUN.findall(buf)
+                if hits and item >= 0:
+                    progress.rows_done(int(hits[-1][0]), int(hits[-1][1]))
+
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        timed_out = False
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out, rc = True, None
+        finally:
+            if proc.poll() is None:  # timeout, Ctrl-C: never leave the child (and its MCP server) behind
+                proc.terminate()
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            reader.join(timeout=5)
+            log_path.write_text("".join(chunks))
+        result = load_result_rows(out_dir)
+    output = "".join(chunks)
+    by_model: dict[str, list[dict]] = {s.label: [] for s in specs}
+    for r in result:
+        owner = _owner(r, specs)
+        if owner is not None:
+            by_model[owner.label].append(r)
+    if not result:
+        why = f"no result within {timeout:g} s" if timed_out else f"pytest exit {rc}"
+        raise EvalError(f"the {path} entry produced no scored rows ({why}; see {log_path}):\n{_tail(output)}")
+    order: dict[Any, int] = {}
+    for line in dataset.read_text().splitlines():
+        if line.strip():
+            order.setdefault(json.loads(line).get("id"), len(order))
+    for lst in by_model.values():
+        lst.sort(key=lambda r: order.get((r.get("input_metadata") or {}).get("row_id"), len(order)))
+    return by_model
+
+
+# --------------------------------------------------------------------------------------------------
+# Summaries, table, plot
+# --------------------------------------------------------------------------------------------------
+
+
+def _extra_sources(row: dict) -> list[dict]:
+    """Where a rollout path leaves the environment's record: ``execution_metadata.extra["spectrum"]``."""
+    extra = (row.get("execution_metadata") or {}).get("extra") or {}
+    return [d for d in (extra.get("spectrum"), extra) if isinstance(d, dict)]
+
+
+def _number(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def row_metric(row: dict, name: str) -> float | None:
+    """A metric of a scored row (EvaluationRow JSON): the EvaluateResult's, else the environment record's."""
+    ev = row.get("evaluation_result")
+    if not isinstance(ev, dict):
+        return None
+    if name == "score":
+        return _number(ev.get("score"))
+    m = (ev.get("metrics") or {}).get(name)
+    if isinstance(m, dict) and m.get("is_score_valid", True) and _number(m.get("score")) is not None:
+        return _number(m.get("score"))
+    for src in _extra_sources(row):
+        if _number(src.get(name)) is not None:
+            return _number(src.get(name))
+    return None
+
+
+def per_scan_rewards(row: dict) -> list[float]:
+    """The per-scan rewards of a scored row: the EvaluateResult's step_outputs (one per scan), else the
+    environment's record in ``execution_metadata.extra``."""
+    ev = row.get("evaluation_result") if isinstance(row.get("evaluation_result"), dict) else {}
+    steps = sorted(ev.get("step_outputs") or [], key=lambda st: st.get("step_index", 0))
+    if steps:
+        return [float(st.get("base_reward") or 0.0) for st in steps]
+    for src in _extra_sources(row):
+        v = src.get("per_scan_reward")
+        if isinstance(v, list):
+            return [float(x) for x in v]
+    return []
+
+
+def is_error_row(row: dict) -> bool:
+    return ((row.get("rollout_status") or {}).get("code")) == 13  # Status.Code.INTERNAL
+
+
+def summarize(rows: Sequence[dict]) -> dict[str, Any]:
+    """Means over rows of the table's metrics, the mean per-scan reward curve, and error counts."""
+    out: dict[str, Any] = {}
+    for name in METRICS:
+        vals = [v for v in (row_metric(r, name) for r in rows) if v is not None]
+        out[name] = round(sum(vals) / len(vals), 6) if vals else None
+    curves = [per_scan_rewards(r) for r in rows]
+    n = max((len(c) for c in curves), default=0)
+    out["per_scan_reward"] = [
+        round(sum(c[i] for c in curves if len(c) > i) / max(1, sum(len(c) > i for c in curves)), 6) for i in range(n)
+    ]
+    out["rows"] = len(rows)
+    out["rows_errored"] = sum(1 for r in rows if is_error_row(r))
+    out["rows_unscored"] = sum(1 for r in rows if not isinstance(r.get("evaluation_result"), dict))
+    return out
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    return f"{v:+.3f}" if isinstance(v, float) and v < 0 else f"{v:.3f}"
+
+
+def format_table(models: dict[str, dict[str, Any]], displays: dict[str, str] | None = None) -> str:
+    displays = displays or {}
+    names = [displays.get(k, k) for k in models]
+    w = max([len("model"), *map(len, names)])
+    cols = [*METRICS, "rows"]
+    head = f"{'model':<{w}}  " + "  ".join(f"{c:>14}" for c in cols)
+    lines = [head, "-" * len(head)]
+    for key, disp in zip(models, names):
+        m = models[key]
+        cells = [_fmt(m.get(c)) for c in METRICS] + [str(m.get("rows", "-"))]
+        lines.append(f"{disp:<{w}}  " + "  ".join(f"{c:>14}" for c in cells))
+    return "\n".join(lines)
+
+
+def plot_per_scan(curves: dict[str, Sequence[float]], path: Path, title: str) -> Path:
+    """Mean per-scan reward against scan index, one line per model (PNG). The Agg canvas is chosen
+    here, for this figure only: nothing global (no pyplot, no backend switch at import)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415
+    from matplotlib.figure import Figure  # noqa: PLC0415
+
+    fig = Figure(figsize=(7.5, 4.5), dpi=110)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    for label, ys in curves.items():
+        if ys:
+            ax.plot(range(1, len(ys) + 1), ys, marker="o", markersize=3.5, linewidth=1.6, label=label)
+    ax.set_xlabel("scan")
+    ax.set_ylabel("mean reward")
+    ax.set_ylim(-0.02, 1.05)
+    ax.grid(alpha=0.3)
+    ax.set_title(title, fontsize=10)
+    if any(curves.values()):
+        ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png")
+    return path
+
+
+# --------------------------------------------------------------------------------------------------
+# Progress bar
+# --------------------------------------------------------------------------------------------------
+
+
+class Progress:
+    """One line on stderr: ``eval turn [#####.....] 2/3 spectrum/accumulate rows 8/16 12s``."""
+
+    def __init__(self, n_models: int, rows: int, path: str, stream: Any = None, enabled: bool = True):
+        self.n_models, self.rows, self.path = n_models, rows, path
+        self.stream = stream or sys.stderr
+        self.enabled = enabled
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.start = time.monotonic()
+        self.model_i, self.label, self.done_rows = 0, "", 0
+        self._lock = threading.Lock()
+        self._last = ""
+
+    def model(self, i: int, label: str) -> None:
+        self.model_i, self.label, self.done_rows = i, label, 0
+        self._draw(force=True)
+
+    def rows_done(self, done: int, total: int) -> None:
+        self.done_rows = min(done, self.rows)
+        self._draw()
+
+    def _draw(self, force: bool = False) -> None:
+        if not self.enabled:
+            return
+        with self._lock:
+            total = max(1, self.n_models * self.rows)
+            frac = (self.model_i * self.rows + self.done_rows) / total
+            bar = "#" * int(round(24 * frac))
+            line = (f"eval {self.path} [{bar:<24}] model {self.model_i + 1}/{self.n_models} {self.label} "
+                    f"rows {self.done_rows}/{self.rows} {time.monotonic() - self.start:4.0f}s")
+            if line == self._last and not force:
+                return
+            if self.tty:
+                self.stream.write("\r" + line.ljust(len(self._last)))
+            elif force or line.split(" rows ")[0] != self._last.split(" rows ")[0]:
+                self.stream.write(line + "\n")
+            self.stream.flush()
+            self._last = line
+
+    def finish(self) -> None:
+        if self.enabled and self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+# --------------------------------------------------------------------------------------------------
+# The command
+# --------------------------------------------------------------------------------------------------
+
+
+def _parse_param(text: str) -> tuple[str, Any]:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"--param expects KEY=VALUE, got {text!r}")
+    k, v = text.split("=", 1)
+    try:
+        return k, json.loads(v)
+    except ValueError:
+        return k, v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from spectrum_adapter import MEMORY_MODES  # noqa: PLC0415
+
+    ap = argparse.ArgumentParser(prog="spectrum-rft eval", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--path", choices=tuple(ENTRIES), default="turn",
+                    help="turn: in-process processor (default); mcp: McpGym server")
+    ap.add_argument("--model", action="append", default=None, metavar="M",
+                    help="a baseline (memoryless, accumulate, oracle, empty, carpet-K, random-K, or spectrum/<name>), "
+                         "'local' (SmolLM2 via llama.cpp, started for the run), or any litellm model (openai/<name> "
+                         "with --api-base). Repeatable. Default: the ladder " + ", ".join(DEFAULT_LADDER))
+    ap.add_argument("--rows", type=int, default=16)
+    ap.add_argument("--preset", default="default")
+    ap.add_argument("--memory-mode", choices=MEMORY_MODES, default=None,
+                    help="default: the prompt's (scaffold for the explicit prompt)")
+    ap.add_argument("--prompt", default="explicit")
+    ap.add_argument("--reward", default="default")
+    ap.add_argument("--max-calls-per-scan", type=int, default=None,
+                    help="model calls per scan before it is skipped (the environment's default otherwise)")
+    ap.add_argument("--concurrency", type=int, default=16, help="concurrent rollouts (--ep-max-concurrent-rollouts)")
+    ap.add_argument("--api-base", default=None, help="OpenAI-compatible endpoint for openai/<name> models")
+    ap.add_argument("--tool-choice", default=None, help="tool_choice to send (e.g. auto; the local model sets it)")
+    ap.add_argument("--param", action="append", type=_parse_param, default=[], metavar="KEY=VALUE",
+                    help="extra completion param for non-baseline models (value parsed as JSON if it can be)")
+    ap.add_argument("--salt", default="", help="band salt (rows are reproducible for a given salt)")
+    ap.add_argument("--out", default=None, help="results folder (default: runs/eval/<path>-<time>)")
+    ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per model before it is stopped")
+    ap.add_argument("--ep-logs", action="store_true",
+                    help="keep eval-protocol's local row log (~/.eval_protocol/logs.db, for `ep logs`)")
+    ap.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    ap.add_argument("--no-progress", action="store_true")
+    return ap
+
+
+def write_dataset(path: Path, n: int, *, preset: str, memory_mode: str | None, reward: str, prompt: str,
+                  salt: str, max_calls_per_scan: int | None) -> Path:
+    from make_spectrum_dataset import make_rows, write_jsonl  # noqa: PLC0415
+
+    rows = make_rows(n, prompt=prompt, memory_mode=memory_mode, preset=preset, reward=reward, salt=salt,
+                     prefix="eval")
+    if max_calls_per_scan is not None:
+        for r in rows:
+            r["environment_context"]["max_calls_per_scan"] = max_calls_per_scan
+    return write_jsonl(rows, path)
+
+
+def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset: str = "default",
+             memory_mode: str | None = None, reward: str = "default", prompt: str = "explicit", salt: str = "",
+             max_calls_per_scan: int | None = None, concurrency: int = 16, timeout: float = 1800.0,
+             keep_ep_logs: bool = False, progress: bool = True) -> dict[str, Any]:
+    """Run every model through the ``path`` entry; write rows, summary and plot under ``out``; return the
+    summary (``models[label]``: the table's metrics, the per-scan curve, row and error counts)."""
+    from make_spectrum_dataset import default_memory_mode  # noqa: PLC0415
+    from spectrum_adapter import EnvConfig  # noqa: PLC0415
+
+    memory_mode = memory_mode or default_memory_mode(prompt)
+    EnvConfig(preset=preset, memory_mode=memory_mode, reward=reward, prompt=prompt)  # validate before any work
+    out.mkdir(parents=True, exist_ok=True)
+    dataset = write_dataset(out / "dataset.jsonl", rows, preset=preset, memory_mode=memory_mode, reward=reward,
+                            prompt=prompt, salt=salt, max_calls_per_scan=max_calls_per_scan)
+    started = time.monotonic()
+    bar = Progress(len(specs), rows, path, enabled=progress)
+    with ExitStack() as stack:
+        for i, spec in enumerate(specs):
+            if spec.local:
+                from spectrum_local import local_server  # noqa: PLC0415
+
+                bar.model(i, "local: starting llama.cpp")
+                params = stack.enter_context(local_server())
+                spec.params = {**params, **spec.params}
+                spec.label = f"local ({params['model'].split('/', 1)[1]})"
+        bar.model(0, specs[0].label)
+        try:
+            by_model = run_models(path, specs, dataset, rows, concurrency=concurrency, log_path=out / "pytest.log",
+                                  timeout=timeout * len(specs), keep_ep_logs=keep_ep_logs, progress=bar)
+        finally:
+            bar.finish()
+    wall = round(time.monotonic() - started, 2)
+    models: dict[str, dict[str, Any]] = {}
+    with (out / "rows.jsonl").open("w") as f:
+        for spec in specs:
+            for r in by_model[spec.label]:
+                f.write(json.dumps(r, separators=(",", ":")) + "\n")
+            s = summarize(by_model[spec.label])
+            s["privileged"] = spec.privileged
+            s["completion_params"] = spec.params
+            models[spec.label] = s
+    displays = {s.label: s.display for s in specs}
+    plot = plot_per_scan({displays[k]: v["per_scan_reward"] for k, v in models.items()}, out / "per_scan_reward.png",
+                         f"{path} path, preset {preset}, memory {memory_mode}, reward {reward}, {rows} rows")
+    summary = {
+        "rows": rows, "path": path, "preset": preset, "memory_mode": memory_mode, "reward": reward, "prompt": prompt,
+        "models": models, "plot": str(plot), "out": str(out), "wall_s": wall, "displays": displays,
+        "missing": [k for k, v in models.items() if v["rows"] < rows],
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    a = ap.parse_args(argv)
+    if a.rows < 1 or a.concurrency < 1:
+        ap.error("--rows and --concurrency must be >= 1")
+    entry_file = ROOT / ENTRIES[a.path][0]
+    if not entry_file.is_file():
+        print(f"spectrum-rft eval: the {a.path} path is not available in this checkout ({entry_file.name} is missing)",
+              file=sys.stderr)
+        return 2
+    try:
+        specs = model_specs(a.model or list(DEFAULT_LADDER), api_base=a.api_base, tool_choice=a.tool_choice,
+                            extra=dict(a.param))
+    except ValueError as e:
+        ap.error(str(e))
+    out = Path(a.out) if a.out else ROOT / "runs" / "eval" / f"{a.path}-{time.strftime('%Y%m%d-%H%M%S')}"
+    try:
+        summary = run_eval(specs, path=a.path, rows=a.rows, out=out, preset=a.preset, memory_mode=a.memory_mode,
+                           reward=a.reward, prompt=a.prompt, salt=a.salt, max_calls_per_scan=a.max_calls_per_scan,
+                           concurrency=a.concurrency, timeout=a.timeout, keep_ep_logs=a.ep_logs,
+                           progress=not a.no_progress)
+    except ValueError as e:
+        ap.error(str(e))
+    except (EvalError, LocalServerError) as e:
+        print(f"spectrum-rft eval: {e}", file=sys.stderr)
+        return 1
+    if a.json:
+        print(json.dumps({"rows": summary["rows"], "path": summary["path"],
+                          "models": {k: {m: v[m] for m in (*METRICS, "privileged")} for k, v in summary["models"].items()},
+                          "plot": summary["plot"]}))
+    else:
+        print(format_table(summary["models"], summary["displays"]))
+        print(f"\n{summary['rows']} rows per model through the {summary['path']} path (preset {summary['preset']}, "
+              f"memory {summary['memory_mode']}, reward {summary['reward']}) in {summary['wall_s']:.1f} s")
+        if any(v["privileged"] for v in summary["models"].values()):
+            print("privileged: the oracle reads the hidden truth (an upper bound, not a model)")
+        print(f"plot: {summary['plot']}\nrows, summary, logs: {summary['out']}")
+    if summary["missing"]:
+        print(f"spectrum-rft eval: incomplete results for {', '.join(summary['missing'])} "
+              f"(see {Path(summary['out']) / 'pytest.log'})", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
