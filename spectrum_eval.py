@@ -54,6 +54,9 @@ DEFAULT_LADDER = ("memoryless", "accumulate", "oracle")
 METRICS = ("score", "mean_occ", "mean_avail", "memory_gain", "dormant_recall", "scans_skipped")
 POLICY_PREFIX = "spectrum/"
 PRIVILEGED = {"spectrum/oracle"}
+# eval-protocol's McpGym policy caches responses unless told not to: identical first prompts of a row's
+# rollouts would come back identical (EVAL_PROTOCOL_NOTES.md); test_spectrum_rft's own default turns it off.
+PATH_PARAM_DEFAULTS: dict[str, dict[str, Any]] = {"mcp": {"use_caching": False}}
 OFFLINE_ENV = {"EP_NO_UPLOAD": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "EP_DISABLE_AUTO_BROWSER": "1"}
 # eval-protocol's rollout bar: "  Run 1:  50%|█████     | 8/16 [00:01<00:01, 7.9rollout/s]"
 _TQDM_RUN = re.compile(r"Run \d+:\s*\d+%\|[^|\r\n]*\|\s*(\d+)/(\d+)")
@@ -193,15 +196,30 @@ def load_result_rows(out_dir: Path) -> list[dict]:
     return rows
 
 
-def _owner(row: dict, specs: Sequence[ModelSpec]) -> ModelSpec | None:
-    """The spec whose completion params a row carries (processors may add keys such as ``timeout``)."""
+def _compatible(row: dict, spec: ModelSpec) -> bool:
+    """Whether a row came from ``spec``: same model, and no identifying param that differs (processors
+    rewrite completion params: add defaults, drop keys such as ``use_caching``)."""
     cp = (row.get("input_metadata") or {}).get("completion_params") or {}
-    best, best_n = None, -1
-    for spec in specs:
-        norm = json.loads(json.dumps(spec.params))
-        if all(cp.get(k) == v for k, v in norm.items()) and len(norm) > best_n:
-            best, best_n = spec, len(norm)
-    return best
+    params = json.loads(json.dumps(spec.params))
+    return cp.get("model") == params.get("model") and all(
+        cp[k] == params[k] for k in ("api_base", "tool_choice", "temperature") if k in cp and k in params)
+
+
+def assign_rows(rows: Sequence[dict], specs: Sequence[ModelSpec]) -> dict[str, list[dict]]:
+    """Rows -> their model. One pytest item (one experiment) per model, run in the specs' order: each
+    experiment goes to the first compatible model not yet served (so the same model listed twice with
+    different params still maps in order)."""
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(str((r.get("execution_metadata") or {}).get("experiment_id")), []).append(r)
+    ordered = sorted(groups.values(), key=lambda g: min(str(r.get("created_at", "")) for r in g))
+    by_model: dict[str, list[dict]] = {s.label: [] for s in specs}
+    for g in ordered:
+        cands = [s for s in specs if _compatible(g[0], s)]
+        pick = next((s for s in cands if not by_model[s.label]), cands[0] if cands else None)
+        if pick is not None:
+            by_model[pick.label].extend(g)
+    return by_model
 
 
 def run_models(path: str, specs: Sequence[ModelSpec], dataset: Path, rows: int, *, concurrency: int,
@@ -253,11 +271,7 @@ def run_models(path: str, specs: Sequence[ModelSpec], dataset: Path, rows: int, 
             log_path.write_text("".join(chunks))
         result = load_result_rows(out_dir)
     output = "".join(chunks)
-    by_model: dict[str, list[dict]] = {s.label: [] for s in specs}
-    for r in result:
-        owner = _owner(r, specs)
-        if owner is not None:
-            by_model[owner.label].append(r)
+    by_model = assign_rows(result, specs)
     if not result:
         why = f"no result within {timeout:g} s" if timed_out else f"pytest exit {rc}"
         raise EvalError(f"the {path} entry produced no scored rows ({why}; see {log_path}):\n{_tail(output)}")
@@ -518,6 +532,8 @@ def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset:
                 params = stack.enter_context(local_server())
                 spec.params = {**params, **spec.params}
                 spec.label = f"local ({params['model'].split('/', 1)[1]})"
+        for spec in specs:  # what the entry's own default completion params carry for this path
+            spec.params = {**PATH_PARAM_DEFAULTS.get(path, {}), **spec.params}
         bar.model(0, specs[0].label)
         try:
             by_model = run_models(path, specs, dataset, rows, concurrency=concurrency, log_path=out / "pytest.log",
