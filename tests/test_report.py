@@ -1,0 +1,455 @@
+"""``spectrum-rft report`` on rows from real local runs of the environment.
+
+Rows are produced by playing :class:`spectrum_adapter.SpectrumEnv` with the scripted policies of
+``spectrum_policies`` over a ``--epochs`` dataset (several rollouts per row, as GRPO candidates), wrapped in
+EvaluationRow objects the way the evaluation entries do (metrics on ``evaluation_result``, the env's
+metrics dict in ``execution_metadata.extra["spectrum"]``). When ``test_spectrum_turn.py`` is in the
+checkout, one test also runs that entry through pytest on a small ``--epochs`` dataset and reports on its
+experiment JSONL.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import spectrum_report as rp
+
+ROOT = Path(__file__).resolve().parent.parent
+N_ROWS, N_EPOCHS, N_ROLLOUTS = 3, 4, 2
+
+
+def _metric_results(m: dict) -> dict:
+    from eval_protocol.models import MetricResult
+
+    out = {}
+    for name, v in m.items():
+        if isinstance(v, bool):
+            continue
+        if isinstance(v, (int, float)):
+            out[name] = MetricResult(score=float(v), reason=f"{name}={v}")
+        elif v is None:
+            out[name] = MetricResult(score=0.0, is_score_valid=False, reason=f"{name} undefined")
+        elif isinstance(v, str):
+            out[name] = MetricResult(score=0.0, is_score_valid=False, reason=f"{name}={v}", data={"value": v})
+    return out
+
+
+def local_rows(memory_mode: str, *, learn: bool, n: int = N_ROWS, epochs: int = N_EPOCHS,
+               k: int = N_ROLLOUTS, experiment_id: str | None = None, spectrum_extra: bool = True) -> list[dict]:
+    """EvaluationRow JSON from real episodes. With ``learn`` the share of rollouts played by the
+    memory-using policy grows with the epoch (a training curve); otherwise every rollout is memoryless."""
+    from eval_protocol.models import EvaluateResult, EvaluationRow, Status
+
+    from make_spectrum_dataset import make_rows, to_evaluation_row_dict
+    from spectrum_adapter import env_for_row
+    from spectrum_policies import run_episode
+
+    out = []
+    for raw in make_rows(n, prompt="explicit", memory_mode=memory_mode, epochs=epochs):
+        base = to_evaluation_row_dict(raw)
+        e, i = raw["environment_context"]["epoch"], int(raw["id"][-4:])
+        for j in range(k):
+            env, seed = env_for_row(raw["id"], base["input_metadata"]["dataset_info"])
+            policy = "accumulate" if learn and (i * k + j) % epochs < e else "memoryless"
+            m = run_episode(env, policy, seed, history=True)
+            row = EvaluationRow.model_validate(base)
+            row.execution_metadata.extra = {"spectrum": m} if spectrum_extra else None
+            if experiment_id:
+                row.execution_metadata.experiment_id = experiment_id
+            row.evaluation_result = EvaluateResult(score=m["score"], metrics=_metric_results(m))
+            row.rollout_status = Status.rollout_finished()
+            out.append(row.model_dump(mode="json", exclude_none=True))
+    return out
+
+
+def write_jsonl(path: Path, rows: list) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("rows")
+    return {"weak": write_jsonl(d / "weak.jsonl", local_rows("scaffold", learn=True)),
+            "ctrl": write_jsonl(d / "ctrl.jsonl", local_rows("scrambled", learn=False))}
+
+
+def _report(capsys, *argv: str) -> tuple[int, str, str]:
+    rc = rp.main(list(argv))
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err
+
+
+# --------------------------------------------------------------------------------------------------
+# On real local rows
+# --------------------------------------------------------------------------------------------------
+
+
+def test_report_on_local_rows(runs, tmp_path, capsys):
+    png = tmp_path / "curves.png"
+    rc, out, err = _report(capsys, f"weak={runs['weak']}", f"ctrl={runs['ctrl']}", "--png", str(png))
+    assert rc == 0, err
+    assert "run weak: 24 rollouts of 12 rows in 4 epochs (prompt=explicit, memory_mode=scaffold)" in out
+    assert "group integrity (rollouts of a row share one band): PASS (12 rows, 2 rollout(s) each)" in out
+    assert "group integrity (rows differ): PASS (12 distinct bands for 12 rows)" in out
+    assert "freshness (no band repeats across epochs): PASS (12 bands, each in one of 4 epochs)" in out
+    assert "early half (epochs 0-1) vs late half (epochs 2-3):" in out
+    assert "control comparison: weak (treatment) vs ctrl (control)" in out
+    assert "paired over 12 bands both runs saw" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_json_numbers_match_the_rows(runs, tmp_path, capsys):
+    rc, out, _ = _report(capsys, str(runs["weak"]), "--json", "--png", "")
+    assert rc == 0
+    rep = json.loads(out)
+    run = rep["runs"][0]
+    rows = [json.loads(x) for x in runs["weak"].read_text().splitlines()]
+    for p in run["per_epoch"]:
+        mine = [r for r in rows if r["input_metadata"]["dataset_info"]["environment_context"]["epoch"] == p["epoch"]]
+        assert p["rollouts"] == len(mine) == N_ROWS * N_ROLLOUTS
+        assert p["score"] == pytest.approx(np.mean([r["evaluation_result"]["score"] for r in mine]))
+        for m in ("memory_gain", "dormant_recall", "carry_rate"):
+            vals = [r["execution_metadata"]["extra"]["spectrum"][m] for r in mine]
+            vals = [v for v in vals if v is not None]
+            assert p[m] == pytest.approx(np.mean(vals)) if vals else p[m] is None
+    xs = [p["epoch"] for p in run["per_epoch"]]
+    ys = [p["score"] for p in run["per_epoch"]]
+    slope, intercept = np.polyfit(xs, ys, 1)
+    assert run["trend"]["score"]["slope"] == pytest.approx(slope)
+    assert run["trend"]["score"]["slope"] > 0  # the scripted "learning" curve rises
+    assert run["halves"]["early"] == [0, 1] and run["halves"]["late"] == [2, 3]
+    assert rep["checks_ok"] is True and "comparison" not in rep
+
+
+def test_metrics_without_the_extra_dict(tmp_path, capsys):
+    """Rows that carry only evaluation_result.metrics (no extra["spectrum"]) report the same numbers."""
+    a = write_jsonl(tmp_path / "a.jsonl", local_rows("scaffold", learn=True, n=2, epochs=2, k=1))
+    b = write_jsonl(tmp_path / "b.jsonl", local_rows("scaffold", learn=True, n=2, epochs=2, k=1,
+                                                      spectrum_extra=False))
+    ra = json.loads(_report(capsys, str(a), "--json", "--png", "")[1])["runs"][0]
+    rb = json.loads(_report(capsys, str(b), "--json", "--png", "")[1])["runs"][0]
+    assert ra["per_epoch"] == rb["per_epoch"]
+    assert [c["ok"] for c in rb["checks"]] == [True, True, True]
+
+
+def test_control_is_the_scrambled_run_whatever_the_order(runs, capsys):
+    rc, out, _ = _report(capsys, f"c={runs['ctrl']}", f"w={runs['weak']}", "--json", "--png", "")
+    cmp = json.loads(out)["comparison"]
+    assert (cmp["treatment"], cmp["control"]) == ("w", "c")
+    d = cmp["metrics"]["score"]
+    assert d["slope_difference"] == pytest.approx(d["treatment_slope"] - d["control_slope"])
+    assert cmp["paired"]["shared_bands"] == N_ROWS * N_EPOCHS  # same salt and prefix: same bands
+
+
+def test_freshness_fails_when_bands_repeat(runs, tmp_path, capsys):
+    rows = [json.loads(x) for x in runs["weak"].read_text().splitlines()]
+    for r in rows:  # replay epoch 0's rows as epoch 1 (the 'repeat' schedule)
+        ctx = r["input_metadata"]["dataset_info"]["environment_context"]
+        if ctx["epoch"] == 0:
+            ctx["epoch"] = 1
+            r["execution_metadata"]["rollout_id"] += "-again"
+    rows += [json.loads(x) for x in runs["weak"].read_text().splitlines() if '"epoch":0' in x.replace(" ", "")]
+    p = write_jsonl(tmp_path / "rep.jsonl", rows)
+    rc, out, _ = _report(capsys, str(p), "--png", "", "--fail-on-check")
+    assert rc == 1
+    assert "freshness (no band repeats across epochs): FAIL (3 of 12 bands repeat across epochs" in out
+
+
+def test_integrity_fails_when_a_rows_rollouts_see_different_bands(runs, tmp_path, capsys):
+    rows = [json.loads(x) for x in runs["weak"].read_text().splitlines()]
+    rows[1]["execution_metadata"]["extra"]["spectrum"]["band_fingerprint"] = "deadbeef0000"  # rollout 2 of row 0
+    rows[5]["execution_metadata"]["extra"]["spectrum"]["band_fingerprint"] = \
+        rows[2]["execution_metadata"]["extra"]["spectrum"]["band_fingerprint"]  # row 2 shares row 1's band
+    rc, out, _ = _report(capsys, str(write_jsonl(tmp_path / "x.jsonl", rows)), "--png", "")
+    assert rc == 0
+    assert "group integrity (rollouts of a row share one band): FAIL (2 rows saw several bands" in out
+    assert "group integrity (rows differ): FAIL (" in out
+
+
+def test_missing_fingerprints_cannot_pass(runs, tmp_path, capsys):
+    rows = [json.loads(x) for x in runs["weak"].read_text().splitlines()]
+    for r in rows:
+        r["execution_metadata"]["extra"]["spectrum"].pop("band_fingerprint")
+        r["evaluation_result"]["metrics"].pop("band_fingerprint")
+    rc, out, _ = _report(capsys, str(write_jsonl(tmp_path / "nofp.jsonl", rows)), "--png", "")
+    assert rc == 0
+    assert out.count(": FAIL (") == 3 and "cannot verify" in out
+
+
+def test_group_by_input_run_id_and_order(runs, tmp_path, capsys):
+    rows = [json.loads(x) for x in runs["weak"].read_text().splitlines()]
+    a = write_jsonl(tmp_path / "ck1.jsonl", rows[:8])
+    b = write_jsonl(tmp_path / "ck2.jsonl", rows[8:])
+    rep = json.loads(_report(capsys, f"ck={a}", f"ck={b}", "--group-by", "input", "--json", "--png", "")[1])
+    assert [(p["input"], p["rollouts"]) for p in rep["runs"][0]["per_epoch"]] == [(0, 8), (1, 16)]
+    rep = json.loads(_report(capsys, str(runs["weak"]), "--group-by", "order:3", "--json", "--png", "")[1])
+    assert [p["rollouts"] for p in rep["runs"][0]["per_epoch"]] == [8, 8, 8]
+    for i, r in enumerate(rows):
+        r["execution_metadata"]["run_id"] = f"run-{i % 2}"
+    rep = json.loads(_report(capsys, str(write_jsonl(tmp_path / "r.jsonl", rows)), "--group-by", "run-id",
+                             "--json", "--png", "")[1])
+    assert [p["rollouts"] for p in rep["runs"][0]["per_epoch"]] == [12, 12]
+
+
+def test_eval_protocol_experiment_jsonl(runs, tmp_path, capsys, monkeypatch):
+    """The file eval-protocol writes with --ep-output-dir (its own writer, EP_NO_UPLOAD=1: no network)."""
+    from eval_protocol.models import EvaluationRow
+    from eval_protocol.pytest.handle_persist_flow import handle_persist_flow
+
+    monkeypatch.setenv("EP_NO_UPLOAD", "1")
+    monkeypatch.setenv("EP_OUTPUT_DIR", str(tmp_path))
+    monkeypatch.delenv("FIREWORKS_API_KEY", raising=False)
+    rows = [EvaluationRow.model_validate(json.loads(x)) for x in runs["weak"].read_text().splitlines()]
+    for r in rows:
+        r.execution_metadata.experiment_id = "exp-a"
+    handle_persist_flow([rows], "test_spectrum_turn")
+    exp = tmp_path / "experiment_results"
+    assert (exp / "exp-a.jsonl").is_file()
+    rc, out, err = _report(capsys, f"ep={exp}", "--json", "--png", "")
+    assert rc == 0, err
+    assert json.loads(out)["runs"][0]["rollouts"] == N_ROWS * N_EPOCHS * N_ROLLOUTS
+
+
+def test_logs_db(tmp_path, capsys):
+    """eval-protocol's sqlite store (written by its own store class): latest experiment by default,
+    --experiment to choose, unscored rows (rollouts in progress) skipped and counted."""
+    from eval_protocol.dataset_logger.sqlite_evaluation_row_store import SqliteEvaluationRowStore
+
+    db = tmp_path / "logs.db"
+    store = SqliteEvaluationRowStore(str(db))
+    old = local_rows("scaffold", learn=False, n=2, epochs=2, k=1, experiment_id="exp-old")
+    new = local_rows("scaffold", learn=True, n=2, epochs=3, k=2, experiment_id="exp-new")
+    for r in old:
+        r["created_at"] = "2020-01-01T00:00:00Z"
+    running = json.loads(json.dumps(new[0]))
+    running["execution_metadata"]["rollout_id"] = "still-running"
+    running.pop("evaluation_result")
+    for r in old + new + [running]:
+        store.upsert_row(r)
+    rc, out, err = _report(capsys, "--logs-db", str(db), "--json", "--png", "")
+    assert rc == 0, err
+    rep = json.loads(out)
+    assert [r["run"] for r in rep["runs"]] == ["exp-new"]
+    assert rep["runs"][0]["rollouts"] == 12 and rep["skipped"]["incomplete"] == 1
+    assert any("2 experiments; reporting the latest, exp-new" in n for n in rep["notes"])
+    rep = json.loads(_report(capsys, "--logs-db", str(db), "--experiment", "exp-new", "--experiment", "exp-old",
+                             "--json", "--png", "")[1])
+    assert [r["run"] for r in rep["runs"]] == ["exp-new", "exp-old"] and "comparison" in rep
+    rc, _, err = _report(capsys, "--logs-db", str(db), "--experiment", "nope", "--png", "")
+    assert rc == 2 and "no scored rows for experiment(s) nope" in err
+
+
+def test_duplicates_merge(runs, tmp_path, capsys):
+    rep = json.loads(_report(capsys, f"w={runs['weak']}", f"w={runs['weak']}", "--json", "--png", "")[1])
+    assert rep["runs"][0]["rollouts"] == N_ROWS * N_EPOCHS * N_ROLLOUTS
+    assert rep["skipped"]["duplicates"] == N_ROWS * N_EPOCHS * N_ROLLOUTS
+
+
+# --------------------------------------------------------------------------------------------------
+# Malformed input: clear errors, nothing crashes
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("line,needle", [
+    ("{not json", "not valid JSON"),
+    ("[1, 2]", "expected an EvaluationRow object, got list"),
+    ('{"foo": 1}', "not an EvaluationRow"),
+    ('{"input_metadata": {"row_id": "r"}, "evaluation_result": {"score": "high"}}',
+     "evaluation_result.score must be a finite number, got 'high'"),
+    ('{"input_metadata": {"row_id": "r"}, "evaluation_result": {"score": NaN}}',
+     "evaluation_result.score must be a finite number, got nan"),
+    ('{"input_metadata": {"row_id": "r"}, "evaluation_result": {"score": 1, "metrics": []}}',
+     "evaluation_result.metrics must be an object, got list"),
+    ('{"input_metadata": {"row_id": 7}, "evaluation_result": {"score": 1}}',
+     "input_metadata.row_id must be a non-empty string, got 7"),
+    ('{"input_metadata": {"row_id": "r", "dataset_info": {"environment_context": {"epoch": -1}}}, '
+     '"evaluation_result": {"score": 1}}', "environment_context.epoch must be a non-negative integer, got -1"),
+    ('{"input_metadata": {"row_id": "r"}, "evaluation_result": {"score": 1}, '
+     '"execution_metadata": {"extra": {"spectrum": {"carry_rate": "x"}}}}',
+     "execution_metadata.extra.spectrum.carry_rate must be a finite number or null, got 'x'"),
+])
+def test_malformed_rows_are_named(tmp_path, capsys, line, needle):
+    p = tmp_path / "bad.jsonl"
+    p.write_text(line + "\n")
+    rc, out, err = _report(capsys, str(p), "--png", "")
+    assert rc == 2 and out == ""
+    assert f"{p}:1: {needle}" in err
+    assert "Traceback" not in err
+
+
+def test_skip_bad_reports_the_rest(runs, tmp_path, capsys):
+    p = tmp_path / "mixed.jsonl"
+    p.write_text(runs["weak"].read_text() + "{garbage\n" + '{"foo": 1}\n')
+    rc, _, err = _report(capsys, str(p), "--png", "")
+    assert rc == 2 and "2 malformed row(s)" in err and f"{p}:{N_ROWS * N_EPOCHS * N_ROLLOUTS + 1}:" in err
+    rc, out, _ = _report(capsys, str(p), "--png", "", "--skip-bad")
+    assert rc == 0 and "2 malformed rows skipped" in out
+
+
+@pytest.mark.parametrize("setup,needle", [
+    (lambda d: d / "missing.jsonl", "no such file or directory"),
+    (lambda d: (d / "empty").mkdir() or d / "empty", "no *.jsonl files"),
+    (lambda d: (d / "e.jsonl").write_text("") or d / "e.jsonl", "no scored rows"),
+    (lambda d: (d / "b.jsonl").write_bytes(b"\xff\xfe{}\n") and d / "b.jsonl", "not UTF-8 text"),
+    (lambda d: (d / "x.db").write_bytes(b"not a database at all" * 10) and d / "x.db", "cannot read as sqlite"),
+])
+def test_unusable_inputs(tmp_path, capsys, setup, needle):
+    rc, _, err = _report(capsys, str(setup(tmp_path)), "--png", "")
+    assert rc == 2 and needle in err
+
+
+def test_epoch_grouping_needs_epochs(tmp_path, capsys):
+    p = write_jsonl(tmp_path / "x.jsonl", [{"input_metadata": {"row_id": "r"}, "evaluation_result": {"score": 0.5}}])
+    rc, _, err = _report(capsys, str(p), "--png", "")
+    assert rc == 2 and "no environment_context.epoch" in err and "--group-by" in err
+    rc, out, _ = _report(capsys, str(p), "--png", "", "--group-by", "input")
+    assert rc == 0 and "n/a" in out
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-10**20, 10**20) | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=8),
+    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=6), kids, max_size=3),
+    max_leaves=8)
+PATHS = [("evaluation_result",), ("evaluation_result", "score"), ("evaluation_result", "metrics"),
+         ("evaluation_result", "metrics", "carry_rate"), ("evaluation_result", "metrics", "band_fingerprint"),
+         ("input_metadata",), ("input_metadata", "row_id"), ("input_metadata", "dataset_info"),
+         ("input_metadata", "dataset_info", "environment_context"),
+         ("input_metadata", "dataset_info", "environment_context", "epoch"), ("execution_metadata",),
+         ("execution_metadata", "extra"), ("execution_metadata", "extra", "spectrum"),
+         ("execution_metadata", "extra", "spectrum", "memory_gain"),
+         ("execution_metadata", "extra", "spectrum", "band_fingerprint"), ("execution_metadata", "rollout_id"),
+         ("rollout_status",), ("created_at",)]
+
+_BASE = {"input_metadata": {"row_id": "r1", "dataset_info": {"environment_context": {"epoch": 1}}},
+         "evaluation_result": {"score": 0.4, "metrics": {"carry_rate": {"score": 0.5, "reason": ""},
+                                                         "band_fingerprint": {"score": 0, "reason": "",
+                                                                              "data": {"value": "ab"}}}},
+         "execution_metadata": {"rollout_id": "x", "extra": {"spectrum": {"memory_gain": 0.1,
+                                                                          "band_fingerprint": "ab"}}},
+         "rollout_status": {"code": 100}, "created_at": "2026-01-01T00:00:00Z"}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(path=st.sampled_from(PATHS), value=json_values)
+def test_any_corruption_is_a_row_error_or_a_row(path, value):
+    row = json.loads(json.dumps(_BASE))
+    node = row
+    for k in path[:-1]:
+        node = node[k]
+    node[path[-1]] = value
+    try:
+        r = rp.parse_row(row, "f.jsonl:1")
+    except rp.RowError as e:
+        assert str(e).startswith("f.jsonl:1: ")
+        return
+    if r is not None:
+        assert math.isfinite(r.score)
+        assert all(v is None or math.isfinite(v) for v in r.values.values())
+        assert r.epoch is None or (isinstance(r.epoch, int) and r.epoch >= 0)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=st.lists(json_values.map(lambda v: json.dumps(v)) | st.text(max_size=20), min_size=1, max_size=4))
+def test_cli_never_crashes_on_garbage(tmp_path, lines):
+    p = tmp_path / "g.jsonl"
+    p.write_text("\n".join(x.replace("\n", " ") for x in lines) + "\n")
+    rc = rp.main([str(p), "--png", "", "--json", "--group-by", "input"])
+    assert rc in (0, 2)
+
+
+# --------------------------------------------------------------------------------------------------
+# Least squares: property tests
+# --------------------------------------------------------------------------------------------------
+
+coef = st.floats(-1e3, 1e3, allow_nan=False)
+xs_st = st.lists(st.integers(0, 50), min_size=2, max_size=12, unique=True)
+
+
+@given(xs=xs_st, a=coef, b=coef)
+def test_exact_line_is_recovered(xs, a, b):
+    fit = rp.linear_fit(xs, [a + b * x for x in xs])
+    assert fit is not None
+    assert fit.slope == pytest.approx(b, rel=1e-6, abs=1e-6)
+    assert fit.intercept == pytest.approx(a, rel=1e-6, abs=1e-4)
+    if abs(b) > 1e-3:
+        assert fit.r2 == pytest.approx(1.0, abs=1e-9)
+
+
+@given(xs=xs_st, data=st.data())
+def test_matches_numpy_and_r2_in_unit_interval(xs, data):
+    ys = data.draw(st.lists(st.floats(-1.0, 1.0), min_size=len(xs), max_size=len(xs)))
+    fit = rp.linear_fit(xs, ys)
+    assert fit is not None
+    slope, intercept = np.polyfit(xs, ys, 1)
+    assert fit.slope == pytest.approx(slope, abs=1e-7)
+    assert fit.intercept == pytest.approx(intercept, abs=1e-6)
+    if len(set(ys)) == 1:
+        assert fit.r2 is None
+    else:
+        assert 0.0 <= fit.r2 <= 1.0
+        r = np.corrcoef(xs, ys)[0, 1]
+        if np.isfinite(r):
+            assert fit.r2 == pytest.approx(r * r, abs=1e-6)
+
+
+@given(xs=xs_st, data=st.data(), scale=st.floats(0.01, 100.0), shift=coef, sign=st.sampled_from([-1, 1]))
+def test_affine_and_permutation_invariance(xs, data, scale, shift, sign):
+    ys = data.draw(st.lists(st.floats(-1.0, 1.0), min_size=len(xs), max_size=len(xs)))
+    base = rp.linear_fit(xs, ys)
+    moved = rp.linear_fit(xs, [sign * scale * y + shift for y in ys])
+    assert moved.slope == pytest.approx(sign * scale * base.slope, rel=1e-6, abs=1e-6)
+    if base.r2 is not None and moved.r2 is not None:
+        assert moved.r2 == pytest.approx(base.r2, abs=1e-6)
+    perm = data.draw(st.permutations(list(range(len(xs)))))
+    shuffled = rp.linear_fit([xs[i] for i in perm], [ys[i] for i in perm])
+    assert shuffled.slope == pytest.approx(base.slope, abs=1e-9)
+
+
+@given(x=st.integers(0, 9), ys=st.lists(st.floats(-1, 1), max_size=5))
+def test_degenerate_inputs(x, ys):
+    assert rp.linear_fit([x] * len(ys), ys) is None  # fewer than two distinct x
+    with pytest.raises(ValueError):
+        rp.linear_fit([0, 1], [0.0, float("nan")])
+
+
+# --------------------------------------------------------------------------------------------------
+# The real evaluation entry, when it is in the checkout
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not (ROOT / "test_spectrum_turn.py").is_file(), reason="test_spectrum_turn.py not in checkout")
+def test_report_on_the_turn_entry(tmp_path, capsys):
+    """Run ``test_spectrum_turn.py`` (default scripted model, no network) through pytest on a 2 rows x 3
+    epochs dataset with ``--ep-jsonl-path``; report on the experiment JSONL it writes."""
+    from make_spectrum_dataset import make_rows, to_evaluation_row_dict
+
+    ds = tmp_path / "ds.jsonl"
+    write_jsonl(ds, [to_evaluation_row_dict(r) for r in make_rows(2, prompt="explicit", memory_mode="scaffold",
+                                                                    epochs=3)])
+    out_dir = tmp_path / "ep"
+    env = {**os.environ, "EP_NO_UPLOAD": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+           "EP_DISABLE_AUTO_BROWSER": "1", "HOME": str(tmp_path / "home"), "DISABLE_EP_SQLITE_LOG": "1"}
+    env.pop("FIREWORKS_API_KEY", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_spectrum_turn.py::test_spectrum_turn",
+         "--ep-jsonl-path", str(ds), "--ep-output-dir", str(out_dir), "--ep-num-runs", "2"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rc, out, err = _report(capsys, f"turn={out_dir / 'experiment_results'}", "--json", "--png", "")
+    assert rc == 0, err
+    run = json.loads(out)["runs"][0]
+    assert [p["epoch"] for p in run["per_epoch"]] == [0, 1, 2]
+    assert run["rows"] == 6 and run["rollouts"] == 12
+    assert all(c["ok"] for c in run["checks"]), run["checks"]
