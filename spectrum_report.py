@@ -42,6 +42,7 @@ OPTIONAL_METRICS = METRICS[1:]
 DEFAULT_DB = os.path.join("~", ".eval_protocol", "logs.db")
 STATUS_INTERNAL = 13  # eval-protocol Status.Code.INTERNAL: a failed rollout
 MAX_EPOCH = 10**6
+MAX_ABS_VALUE = 1e9  # scores and metrics are O(1); anything beyond this is corrupt input, not data
 
 
 class ReportError(Exception):
@@ -82,7 +83,8 @@ class Rollout:
 
 
 def _finite(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    """A usable number: finite and within +-MAX_ABS_VALUE (so means and fits cannot overflow)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and abs(x) <= MAX_ABS_VALUE
 
 
 def _obj(parent: dict, key: str, where: str, path: str) -> dict | None:
@@ -643,7 +645,7 @@ def format_text(report: dict) -> str:
                        f"  {_f(p['dormant_recall']):>14}  {_f(p['carry_rate']):>10}")
         hv = run["halves"]
         if hv["early"]:
-            out.append(f"  early half ({axis}s {_span(hv['early'])}) vs late half ({axis}s {_span(hv['late'])}):")
+            out.append(f"  early half ({_span(axis, hv['early'])}) vs late half ({_span(axis, hv['late'])}):")
             for m in METRICS:
                 d = hv["metrics"][m]
                 out.append(f"    {m:<15} {_f(d['early'])} -> {_f(d['late'])}  ({_f(d['delta'], '.3f', True)})")
@@ -684,8 +686,8 @@ def format_text(report: dict) -> str:
     return "\n".join(out)
 
 
-def _span(xs: Sequence[int]) -> str:
-    return str(xs[0]) if len(xs) == 1 else f"{xs[0]}-{xs[-1]}"
+def _span(axis: str, xs: Sequence[int]) -> str:
+    return f"{axis} {xs[0]}" if len(xs) == 1 else f"{axis}s {xs[0]}-{xs[-1]}"
 
 
 def plot_png(report: dict, path: str) -> str:

@@ -271,6 +271,8 @@ def test_duplicates_merge(runs, tmp_path, capsys):
      "evaluation_result.score must be a finite number, got nan"),
     ('{"input_metadata": {"row_id": "r"}, "evaluation_result": {"score": 1, "metrics": []}}',
      "evaluation_result.metrics must be an object, got list"),
+    ('{"input_metadata": {"row_id": "r"}, "evaluation_result": {"score": 1e300}}',
+     "evaluation_result.score must be a finite number, got 1e+300"),
     ('{"input_metadata": {"row_id": 7}, "evaluation_result": {"score": 1}}',
      "input_metadata.row_id must be a non-empty string, got 7"),
     ('{"input_metadata": {"row_id": "r", "dataset_info": {"environment_context": {"epoch": -1}}}, '
@@ -344,11 +346,7 @@ _BASE = {"input_metadata": {"row_id": "r1", "dataset_info": {"environment_contex
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(path=st.sampled_from(PATHS), value=json_values)
 def test_any_corruption_is_a_row_error_or_a_row(path, value):
-    row = json.loads(json.dumps(_BASE))
-    node = row
-    for k in path[:-1]:
-        node = node[k]
-    node[path[-1]] = value
+    row = _corrupt(path, value)
     try:
         r = rp.parse_row(row, "f.jsonl:1")
     except rp.RowError as e:
@@ -360,13 +358,25 @@ def test_any_corruption_is_a_row_error_or_a_row(path, value):
         assert r.epoch is None or (isinstance(r.epoch, int) and r.epoch >= 0)
 
 
+def _corrupt(path, value):
+    row = json.loads(json.dumps(_BASE))
+    node = row
+    for k in path[:-1]:
+        node = node[k]
+    node[path[-1]] = value
+    return row
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(lines=st.lists(json_values.map(lambda v: json.dumps(v)) | st.text(max_size=20), min_size=1, max_size=4))
+@given(lines=st.lists(json_values.map(lambda v: json.dumps(v)) | st.text(max_size=20)
+                      | st.tuples(st.sampled_from(PATHS), json_values).map(lambda pv: json.dumps(_corrupt(*pv))),
+                      min_size=1, max_size=5))
 def test_cli_never_crashes_on_garbage(tmp_path, lines):
     p = tmp_path / "g.jsonl"
     p.write_text("\n".join(x.replace("\n", " ") for x in lines) + "\n")
-    rc = rp.main([str(p), "--png", "", "--json", "--group-by", "input"])
-    assert rc in (0, 2)
+    for extra in ([], ["--skip-bad"]):
+        rc = rp.main([str(p), "--png", "", "--json", "--group-by", "input", *extra])
+        assert rc in (0, 2)
 
 
 # --------------------------------------------------------------------------------------------------
