@@ -154,6 +154,8 @@ class SpectrumMcp(McpGym):
         self._rollouts: weakref.WeakKeyDictionary[Any, Rollout] = weakref.WeakKeyDictionary()
         # eval-protocol session id -> the latest rollout that used it (the HTTP control plane's only key)
         self._by_session_id: weakref.WeakValueDictionary[str, Rollout] = weakref.WeakValueDictionary()
+        self.requests: dict[str, int] = {}  # "METHOD /path STATUS" -> count (see /control/stats)
+        self.rollouts_created = 0
         super().__init__("spectrum", SpectrumAdapter(), seed=None, **kwargs)
         self.mcp.settings.host = host
         self.mcp.settings.port = port
@@ -174,6 +176,7 @@ class SpectrumMcp(McpGym):
             env.reset(seed)
             r = Rollout(env, seed, row_id, config, str(extra.get("session_id") or ""))
             self._rollouts[key] = r
+            self.rollouts_created += 1
             if r.session_id:
                 self._by_session_id[r.session_id] = r
         return r
@@ -307,7 +310,12 @@ class SpectrumMcp(McpGym):
                 return JSONResponse({"error": "unknown session; read " + INITIAL_STATE_URI}, status_code=404)
             return JSONResponse({"observation": first_prompt(r.row_id, r.config)})
 
-        for path, fn in (("/control/reward", reward), ("/control/status", status), ("/control/info", info),
+        async def stats(request: Request) -> JSONResponse:
+            """Request counts and live rollouts: how tests prove the per-call waste stays gone."""
+            return JSONResponse({"requests": dict(self.requests), "rollouts_created": self.rollouts_created,
+                                 "rollouts_alive": len(self._rollouts)})
+
+        for path, fn in (("/control/stats", stats), ("/control/reward", reward), ("/control/status", status), ("/control/info", info),
                          ("/control/initial_state", initial_state)):
             self.mcp.custom_route(path, methods=["GET"])(fn)
 
@@ -321,14 +329,33 @@ class SpectrumMcp(McpGym):
     # ---- serving ---------------------------------------------------------------------------------
 
     def app(self):
-        """The Starlette app, MCP endpoint at ``/mcp`` and ``/mcp/`` (no 307 redirect for either)."""
+        """The Starlette app, MCP endpoint at ``/mcp`` and ``/mcp/`` (no 307 redirect for either), every
+        request counted by method, path and status."""
         from starlette.routing import Route  # noqa: PLC0415
 
         app = self.mcp.streamable_http_app()
         path = self.mcp.settings.streamable_http_path.rstrip("/")
         mcp_route = next(r for r in app.router.routes if getattr(r, "path", None) == path)
         app.router.routes.insert(0, Route(path + "/", endpoint=mcp_route.endpoint))
-        return app
+        counts = self.requests
+
+        async def counting(scope, receive, send):
+            if scope["type"] != "http":
+                return await app(scope, receive, send)
+            status = [0]
+
+            async def send_(message):
+                if message["type"] == "http.response.start":
+                    status[0] = message["status"]
+                await send(message)
+
+            try:
+                await app(scope, receive, send_)
+            finally:
+                key = f"{scope['method']} {scope['path']} {status[0]}"
+                counts[key] = counts.get(key, 0) + 1
+
+        return counting
 
     def run(self, transport: str = "streamable-http", **kwargs: Any) -> None:  # noqa: ARG002
         import anyio  # noqa: PLC0415

@@ -295,6 +295,10 @@ class SpectrumMcpRolloutProcessor(MCPGymRolloutProcessor):
         port = kw.get("port") or None
         script = config.server_script_path or SERVER_SCRIPT
         self.server_mode = mode
+        if not kw.get("start_server", True):  # a server that is already running on ``port``
+            if not port:
+                raise ValueError("start_server=False needs the port of the running server")
+            return SpectrumServer(script, int(port))
         if mode == "shared":
             key = (str(Path(script).resolve()), port)
             with _SHARED_LOCK:
