@@ -80,6 +80,7 @@ class Rollout:
     prompt: str | None
     memory_mode: str | None
     errored: bool
+    model: str | None = None  # input_metadata.completion_params.model
 
 
 def _finite(x: Any) -> bool:
@@ -151,6 +152,8 @@ def parse_row(obj: Any, where: str, run: str = "run", input_index: int = 0, seq:
     ``evaluation_result``: a rollout in progress). Raises :class:`RowError` for a malformed row."""
     if not isinstance(obj, dict):
         raise RowError(where, f"expected an EvaluationRow object, got {type(obj).__name__}")
+    if "id" in obj and "environment_context" in obj and "evaluation_result" not in obj:
+        return None  # a raw dataset row (make_spectrum_dataset's compact format): input, not a result
     if not any(k in obj for k in ("input_metadata", "evaluation_result", "execution_metadata", "messages")):
         raise RowError(where, "not an EvaluationRow (none of input_metadata, evaluation_result, "
                               "execution_metadata, messages)")
@@ -182,6 +185,8 @@ def parse_row(obj: Any, where: str, run: str = "run", input_index: int = 0, seq:
         if v is not None and not isinstance(v, str):
             raise RowError(where, f"execution_metadata.{k} must be a string, got {_show(v)}")
         ids[k] = v
+    cp = im.get("completion_params")
+    model = cp.get("model") if isinstance(cp, dict) and isinstance(cp.get("model"), str) else None
     created = obj.get("created_at")
     prompt, mode = ctx.get("prompt"), ctx.get("memory_mode")
     return Rollout(
@@ -190,7 +195,7 @@ def parse_row(obj: Any, where: str, run: str = "run", input_index: int = 0, seq:
         values={m: _metric_value(m, spectrum, metrics, where) for m in OPTIONAL_METRICS},
         fingerprint=_fingerprint(spectrum, metrics, where),
         prompt=prompt if isinstance(prompt, str) else None, memory_mode=mode if isinstance(mode, str) else None,
-        errored=status.get("code") == STATUS_INTERNAL, **ids)
+        errored=status.get("code") == STATUS_INTERNAL, model=model, **ids)
 
 
 @dataclass
@@ -204,6 +209,8 @@ class Loaded:
 
 def _jsonl_files(path: Path) -> list[Path]:
     if path.is_dir():
+        if (path / "rows.jsonl").is_file() and (path / "summary.json").is_file():
+            return [path / "rows.jsonl"]  # a `spectrum-rft eval --out` folder: its scored rows
         files = sorted(p for p in path.rglob("*.jsonl") if p.is_file())
         if not files:
             raise ReportError(f"{path}: no *.jsonl files in this directory")
@@ -362,6 +369,24 @@ def _merge(runs: dict[str, Loaded], name: str, ld: Loaded) -> None:
     cur.incomplete += ld.incomplete
 
 
+def split_by_model(runs: dict[str, Loaded], notes: list[str]) -> dict[str, Loaded]:
+    """A run whose rows come from several models (``spectrum-rft eval`` writes one file for its whole
+    ladder) becomes one run per model, labelled ``LABEL:MODEL``: a curve mixing models means nothing."""
+    out: dict[str, Loaded] = {}
+    for name, ld in runs.items():
+        models = sorted({r.model or "?" for r in ld.rollouts})
+        if len(models) <= 1:
+            out[name] = ld
+            continue
+        notes.append(f"run {name} holds rows of {len(models)} models ({', '.join(models)}): one run per model")
+        for i, m in enumerate(models):
+            part = Loaded(rollouts=[_with_run(r, f"{name}:{m}") for r in ld.rollouts if (r.model or "?") == m])
+            if i == 0:
+                part.errors, part.incomplete = ld.errors, ld.incomplete
+            out[f"{name}:{m}"] = part
+    return out
+
+
 def dedupe(ld: Loaded) -> None:
     """The same rollout given twice (e.g. a JSONL and the store) counts once (the later copy)."""
     seen: dict[str, int] = {}
@@ -491,7 +516,7 @@ def check_integrity(rollouts: Sequence[Rollout]) -> list[dict]:
                                        f"{', '.join(sorted(split[ex])[:3])})"}
     else:
         same = {"ok": True, "detail": f"{len(by_row)} rows, {per_row} rollout(s) each"
-                                      + (" (1 rollout per row: trivially)" if counts == [1] else "")}
+                                      + (": trivially true" if counts == [1] else "")}
     shared = {k: v for k, v in by_fp.items() if len(v) > 1}
     if unverifiable:
         differ = {"ok": False, "detail": unverifiable}
@@ -557,8 +582,9 @@ def analyze_run(name: str, rollouts: Sequence[Rollout], group_by: str) -> dict:
     modes = sorted({r.memory_mode or "?" for r in rollouts})
     prompts = sorted({r.prompt or "?" for r in rollouts})
     checks = check_integrity(rollouts) + [check_freshness(points, axis)]
+    overall = {m: _mean(r.score if m == "score" else r.values[m] for r in rollouts) for m in METRICS}
     return {
-        "run": name, "axis": axis, "rollouts": len(rollouts), "rows": len({r.row_id for r in rollouts}),
+        "run": name, "axis": axis, "rollouts": len(rollouts), "overall": overall, "rows": len({r.row_id for r in rollouts}),
         "errored": sum(r.errored for r in rollouts), "memory_mode": ",".join(modes), "prompt": ",".join(prompts),
         "per_epoch": per, "halves": {"early": xs[:h], "late": xs[-h:] if h else [], "metrics": halves},
         "trend": trend, "checks": checks,
@@ -575,6 +601,7 @@ def compare(treat: dict, ctrl: dict, t_rows: Sequence[Rollout], c_rows: Sequence
         th, ch = treat["halves"]["metrics"].get(m, {}), ctrl["halves"]["metrics"].get(m, {})
         td, cd = th.get("delta"), ch.get("delta")
         cmp["metrics"][m] = {
+            "treatment_mean": treat["overall"][m], "control_mean": ctrl["overall"][m],
             "treatment_slope": ts and ts["slope"], "control_slope": cs and cs["slope"],
             "slope_difference": (ts["slope"] - cs["slope"]) if ts and cs else None,
             "treatment_delta": td, "control_delta": cd,
@@ -599,21 +626,20 @@ def compare(treat: dict, ctrl: dict, t_rows: Sequence[Rollout], c_rows: Sequence
     return cmp
 
 
-def pick_control(runs: dict[str, dict], control: str | None) -> tuple[str, str] | None:
+def pick_pairs(runs: dict[str, dict], control: str | None) -> list[tuple[str, str]]:
+    """(treatment, control) pairs: every other run against ``--control``; without it, two runs are compared
+    with the scrambled-memory run (if exactly one) as the control, else the second run."""
     names = list(runs)
     if control is not None:
         if control not in runs:
             raise ReportError(f"--control {control!r} is not a run (runs: {', '.join(names)})")
-        others = [n for n in names if n != control]
-        if len(others) != 1:
-            raise ReportError("--control compares exactly two runs")
-        return others[0], control
+        return [(n, control) for n in names if n != control]
     if len(names) != 2:
-        return None
+        return []
     scrambled = [n for n in names if runs[n]["memory_mode"] == "scrambled"]
     if len(scrambled) == 1:
-        return next(n for n in names if n not in scrambled), scrambled[0]
-    return names[0], names[1]
+        return [(next(n for n in names if n not in scrambled), scrambled[0])]
+    return [(names[0], names[1])]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -662,12 +688,12 @@ def format_text(report: dict) -> str:
         for c in run["checks"]:
             out.append(f"  {c['name']}: {'PASS' if c['ok'] else 'FAIL'} ({c['detail']})")
         out.append("")
-    cmp = report.get("comparison")
-    if cmp:
+    for cmp in report["comparisons"]:
         out.append(f"control comparison: {cmp['treatment']} (treatment) vs {cmp['control']} (control)")
         for m in METRICS:
             d = cmp["metrics"][m]
-            out.append(f"  {m:<15} slope {_f(d['treatment_slope'], '+.4f')} vs {_f(d['control_slope'], '+.4f')} "
+            out.append(f"  {m:<15} mean {_f(d['treatment_mean'])} vs {_f(d['control_mean'])};  "
+                       f"slope {_f(d['treatment_slope'], '+.4f')} vs {_f(d['control_slope'], '+.4f')} "
                        f"(diff {_f(d['slope_difference'], '+.4f')});  late-early {_f(d['treatment_delta'], '+.3f')} "
                        f"vs {_f(d['control_delta'], '+.3f')} (diff {_f(d['delta_difference'], '+.3f')})")
         pr = cmp["paired"]
@@ -725,6 +751,8 @@ def plot_png(report: dict, path: str) -> str:
 
 
 def build_report(runs: dict[str, Loaded], group_by: str, control: str | None, notes: list[str]) -> dict:
+    notes = list(notes)
+    runs = split_by_model(runs, notes)
     analyzed, rows = {}, {}
     for name, ld in runs.items():
         dedupe(ld)
@@ -732,11 +760,9 @@ def build_report(runs: dict[str, Loaded], group_by: str, control: str | None, no
             raise ReportError(f"run {name}: no scored rows (unscored: {ld.incomplete}, malformed: {len(ld.errors)})")
         analyzed[name] = analyze_run(name, ld.rollouts, group_by)
         rows[name] = ld.rollouts
-    report: dict[str, Any] = {"group_by": group_by, "notes": list(notes), "runs": list(analyzed.values())}
-    pair = pick_control(analyzed, control)
-    if pair:
-        t, c = pair
-        report["comparison"] = compare(analyzed[t], analyzed[c], rows[t], rows[c])
+    report: dict[str, Any] = {"group_by": group_by, "notes": notes, "runs": list(analyzed.values())}
+    report["comparisons"] = [compare(analyzed[t], analyzed[c], rows[t], rows[c])
+                             for t, c in pick_pairs(analyzed, control)]
     report["skipped"] = {"incomplete": sum(ld.incomplete for ld in runs.values()),
                          "malformed": sum(len(ld.errors) for ld in runs.values()),
                          "duplicates": sum(ld.duplicates for ld in runs.values())}
@@ -754,8 +780,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--experiment", action="append", default=[], metavar="ID",
                     help="experiment id(s) to report from a .db (default: the latest)")
     ap.add_argument("--group-by", default="epoch", help="epoch | input | run-id | order:K (default epoch)")
-    ap.add_argument("--control", default=None, metavar="LABEL", help="the control run (default: the scrambled "
-                    "run, else the second of two)")
+    ap.add_argument("--control", default=None, metavar="LABEL", help="the control run: every other run is "
+                    "compared with it (default, with two runs: the scrambled one, else the second)")
     ap.add_argument("--png", default="spectrum_report.png", help="curves PNG path ('' for none)")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
     ap.add_argument("--skip-bad", action="store_true", help="skip malformed rows instead of stopping")

@@ -129,7 +129,7 @@ def test_json_numbers_match_the_rows(runs, tmp_path, capsys):
     assert run["trend"]["score"]["slope"] == pytest.approx(slope)
     assert run["trend"]["score"]["slope"] > 0  # the scripted "learning" curve rises
     assert run["halves"]["early"] == [0, 1] and run["halves"]["late"] == [2, 3]
-    assert rep["checks_ok"] is True and "comparison" not in rep
+    assert rep["checks_ok"] is True and rep["comparisons"] == []
 
 
 def test_metrics_without_the_extra_dict(tmp_path, capsys):
@@ -145,7 +145,7 @@ def test_metrics_without_the_extra_dict(tmp_path, capsys):
 
 def test_control_is_the_scrambled_run_whatever_the_order(runs, capsys):
     rc, out, _ = _report(capsys, f"c={runs['ctrl']}", f"w={runs['weak']}", "--json", "--png", "")
-    cmp = json.loads(out)["comparison"]
+    (cmp,) = json.loads(out)["comparisons"]
     assert (cmp["treatment"], cmp["control"]) == ("w", "c")
     d = cmp["metrics"]["score"]
     assert d["slope_difference"] == pytest.approx(d["treatment_slope"] - d["control_slope"])
@@ -245,9 +245,37 @@ def test_logs_db(tmp_path, capsys):
     assert any("2 experiments; reporting the latest, exp-new" in n for n in rep["notes"])
     rep = json.loads(_report(capsys, "--logs-db", str(db), "--experiment", "exp-new", "--experiment", "exp-old",
                              "--json", "--png", "")[1])
-    assert [r["run"] for r in rep["runs"]] == ["exp-new", "exp-old"] and "comparison" in rep
+    assert [r["run"] for r in rep["runs"]] == ["exp-new", "exp-old"] and len(rep["comparisons"]) == 1
     rc, _, err = _report(capsys, "--logs-db", str(db), "--experiment", "nope", "--png", "")
     assert rc == 2 and "no scored rows for experiment(s) nope" in err
+
+
+def test_spectrum_eval_out_folder(tmp_path, capsys):
+    """The layout of ``spectrum-rft eval --out DIR``: dataset.jsonl (inputs), rows.jsonl (every model's
+    scored rows), summary.json. One run per model; the input rows are not results."""
+    from make_spectrum_dataset import make_rows, write_jsonl as write_raw
+
+    d = tmp_path / "eval"
+    d.mkdir()
+    write_raw(make_rows(3, prompt="explicit"), d / "dataset.jsonl")
+    rows = []
+    for model, learn in (("spectrum/memoryless", False), ("spectrum/accumulate", True)):
+        for r in local_rows("scaffold", learn=learn, n=3, epochs=1, k=1):
+            r["input_metadata"]["completion_params"] = {"model": model}
+            rows.append(r)
+    write_jsonl(d / "rows.jsonl", rows)
+    (d / "summary.json").write_text("{}")
+    rc, out, err = _report(capsys, str(d), "--control", "eval:spectrum/memoryless", "--json", "--png", "")
+    assert rc == 0, err
+    rep = json.loads(out)
+    assert [r["run"] for r in rep["runs"]] == ["eval:spectrum/accumulate", "eval:spectrum/memoryless"]
+    assert rep["skipped"]["incomplete"] == 0  # dataset.jsonl was not read
+    (cmp,) = rep["comparisons"]
+    assert cmp["treatment"] == "eval:spectrum/accumulate"
+    assert cmp["paired"]["shared_bands"] == 3
+    # A raw dataset file given directly is input, not results: counted as unscored, no error.
+    rc, _, err = _report(capsys, str(d / "dataset.jsonl"), "--png", "")
+    assert rc == 2 and "no scored rows (unscored: 3, malformed: 0)" in err
 
 
 def test_duplicates_merge(runs, tmp_path, capsys):
