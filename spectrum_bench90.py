@@ -212,6 +212,10 @@ BENCH90 = Bench90Preset()
 # bench system -> our memory mode
 SYSTEMS: dict[str, str] = {"stateless": "none", "icl": "icl", "icl_notepad": "icl_notepad", "scaffold": "scaffold"}
 REWARD = "avail_iou"
+# icl: the oldest scans are trimmed past this estimate (spectrum_context_window.approx_tokens, 4 characters
+# a token). CLBench's own budget is not among the published facts; 16k estimated tokens keeps a 90-scan
+# transcript inside a 32k-context model with room for the reply.
+DEFAULT_ICL_TOKEN_BUDGET = 16000
 POLICY_PREFIX = "spectrum/"
 
 
@@ -219,6 +223,14 @@ def env_config(system: str, prompt: str = "weak") -> EnvConfig:
     if system not in SYSTEMS:
         raise ValueError(f"unknown system {system!r}; choose one of {', '.join(SYSTEMS)}")
     return EnvConfig(preset="bench90", memory_mode=SYSTEMS[system], reward=REWARD, prompt=prompt)
+
+
+def _litellm_local_cost_map() -> None:
+    """Before litellm is first imported: use its bundled cost map unless the caller chose otherwise.
+    Offline, litellm's import-time fetch fails and its warning races a lazy import in a background
+    thread (observed: ``deadlock detected by _ModuleLock('litellm.rust_bridge.catalog')``)."""
+    if "litellm" not in sys.modules:
+        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 
 def play_policy(policy: str, system: str, run: int, prompt: str = "weak") -> list[dict]:
@@ -233,6 +245,7 @@ def play_policy(policy: str, system: str, run: int, prompt: str = "weak") -> lis
     if system != "icl_notepad":
         sp.run_episode(env, policy, check_run(run), history=(system == "icl"))
         return env.scan_records()
+    _litellm_local_cost_map()
     import spectrum_models  # noqa: PLC0415  (litellm: only for this system)
 
     obs, _ = env.reset(seed=check_run(run))
@@ -327,35 +340,126 @@ def policy_name(model: str) -> str | None:
 
 def evaluate(model: str, system: str, runs: int, via: str = "auto", prompt: str = "weak",
              **model_options: Any) -> dict:
-    """Evaluate ``model`` under ``system`` on runs ``0..runs-1``; the summary dict (without the gain)."""
+    """Evaluate ``model`` under ``system`` on runs ``0..runs-1``: the summary dict (without the gain).
+    ``model_options`` go to :func:`run_with_processor`. Rows that ended in error are still summarized
+    (every scan scored) and listed under ``errors``."""
     if not 1 <= runs <= N_RUNS:
         raise ValueError(f"runs must be 1..{N_RUNS}")
     env_config(system, prompt)  # validate early
     pol = policy_name(model)
     if via == "auto":
         via = "direct" if pol is not None else "processor"
+    errors: list[str] = []
     if via == "direct":
         if pol is None:
             raise ValueError("--via direct plays scripted policies only (model spectrum/<policy>)")
-        per_run = [summarize_run(r, play_policy(pol, system, r, prompt)) for r in range(runs)]
+        records = [play_policy(pol, system, r, prompt) for r in range(runs)]
     elif via == "processor":
-        per_run = [summarize_run(r, recs) for r, recs in
-                   enumerate(run_with_processor(model, system, runs, prompt, **model_options))]
+        try:
+            records = run_with_processor(model, system, runs, prompt, **model_options)
+        except BenchRowError as e:
+            records, errors = e.records, str(e).split("; ")
     else:
         raise ValueError(f"unknown via {via!r}")
-    return summarize(model, system, per_run, via)
+    result = summarize(model, system, [summarize_run(r, recs) for r, recs in enumerate(records)], via)
+    result["errors"] = errors
+    return result
 
 
-def run_with_processor(model: str, system: str, runs: int, prompt: str = "weak", **options: Any) -> list[list[dict]]:
-    """Each run as one eval-protocol row through ``spectrum_turn_processor`` (the one dialogue loop)."""
+def bench_rows(model: str, system: str, runs: int, prompt: str = "weak", think: bool = False) -> list:
+    """One eval-protocol row per run: ``environment_context`` names the preset, the memory mode of the
+    system, the reward, and pins the seed to the run index (the seed is not derived from the row id).
+    The bands are registered for the privileged oracle model."""
+    from eval_protocol.models import EvaluationRow  # noqa: PLC0415
+
+    import spectrum_policies as sp  # noqa: PLC0415
+    from spectrum_adapter import env_for_row  # noqa: PLC0415
+
+    cfg = EnvConfig(**{**env_config(system, prompt).to_dict(), "think": think})
+    rows = []
+    for run in range(runs):
+        row_id = f"bench90-{system}-run{run}"
+        ctx = {**cfg.to_dict(), "seed": run, "row_id": row_id, "run": run}
+        info = {"environment_context": ctx}
+        env, seed = env_for_row(row_id, info)
+        if seed != run:
+            raise RuntimeError("bench90 rows pin their seed to the run index, but spectrum_adapter.row_seed "
+                               "ignores environment_context['seed'] (see docs/BENCH90.md, 'Seed pinning')")
+        env.reset(seed)
+        sp.register_truth(env)
+        rows.append(EvaluationRow.model_validate(
+            {"messages": [], "input_metadata": {"row_id": row_id, "dataset_info": info}}))
+    return rows
+
+
+def run_with_processor(model: str, system: str, runs: int, prompt: str = "weak", *, think: bool = False,
+                       concurrency: int = 5, token_budget: int | None = None, llm_tries: int = 4,
+                       temperature: float | None = None, max_tokens: int | None = None,
+                       extra_params: dict | None = None) -> list[list[dict]]:
+    """Each run as one eval-protocol row through ``spectrum_turn_processor`` (the one dialogue loop); the
+    env's per-scan records of each run. A row that ended in error still has every scan scored (the
+    processor closes the rest as empty reports); its error is raised after all rows finished."""
+    _litellm_local_cost_map()
     try:
-        import spectrum_turn_processor  # noqa: F401, PLC0415
+        from spectrum_turn_processor import SpectrumTurnRolloutProcessor  # noqa: PLC0415
     except ModuleNotFoundError as e:
         if e.name != "spectrum_turn_processor":
             raise
         raise RuntimeError("bench90 needs spectrum_turn_processor.py to run a model; scripted policies "
                            "run without it (--via direct)") from None
-    raise RuntimeError("bench90: the rollout processor integration is not wired yet")
+    import asyncio  # noqa: PLC0415
+
+    from eval_protocol.pytest.types import RolloutProcessorConfig  # noqa: PLC0415
+
+    rows = bench_rows(model, system, runs, prompt, think)
+    params: dict[str, Any] = {"model": model, **(extra_params or {})}
+    if temperature is not None:
+        params["temperature"] = temperature
+    if max_tokens is not None:
+        params["max_tokens"] = max_tokens
+    processor = SpectrumTurnRolloutProcessor(llm_tries=llm_tries, icl_token_budget=token_budget)
+
+    async def go() -> list:
+        config = RolloutProcessorConfig(completion_params=params, mcp_config_path="",
+                                        semaphore=asyncio.Semaphore(concurrency), logger=_quiet_logger())
+        return list(await asyncio.gather(*processor(rows, config)))
+
+    done = asyncio.run(go())
+    out, errors = [], []
+    for row in done:
+        spec = (row.execution_metadata.extra or {}).get("spectrum")
+        status = row.rollout_status
+        if status is not None and status.is_error():
+            errors.append(f"{row.input_metadata.row_id}: {status.message}")
+        if spec is None:
+            raise RuntimeError(f"bench90: {row.input_metadata.row_id} produced no scores"
+                               + (f" ({errors[-1]})" if errors else ""))
+        out.append(spec["scan_records"])
+    if errors:
+        raise BenchRowError("; ".join(errors), out)
+    return out
+
+
+class BenchRowError(RuntimeError):
+    """Some rows ended in error; ``records`` still holds every run's (fully scored) per-scan records."""
+
+    def __init__(self, message: str, records: list[list[dict]]):
+        super().__init__(message)
+        self.records = records
+
+
+def _quiet_logger() -> Any:
+    """A ``DatasetLogger`` that stores nothing (eval-protocol's default one writes a local store)."""
+    from eval_protocol.dataset_logger.dataset_logger import DatasetLogger  # noqa: PLC0415
+
+    class Quiet(DatasetLogger):
+        def log(self, row: Any) -> None:
+            pass
+
+        def read(self, row_id: str | None = None) -> list:
+            return []
+
+    return Quiet()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -372,12 +476,23 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--system", default="stateless", choices=list(SYSTEMS))
     ap.add_argument("--runs", type=int, default=N_RUNS, help=f"runs 0..R-1 (1..{N_RUNS}, default {N_RUNS})")
     ap.add_argument("--via", default="auto", choices=["auto", "direct", "processor"],
-                    help="auto: scripted policies directly on the env, other models through the processor")
+                    help="auto: scripted policies directly on the env, other models through the rollout processor")
     ap.add_argument("--prompt", default="weak", help="system prompt variant (default weak: no strategy hint)")
     ap.add_argument("--no-gain", action="store_true", help="skip the stateless run used for the gain")
     ap.add_argument("--stateless-from", metavar="FILE",
                     help="take the stateless baseline from an earlier `--json` output instead of running it")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
+    m = ap.add_argument_group("model runs (through spectrum_turn_processor)")
+    m.add_argument("--token-budget", type=int, default=DEFAULT_ICL_TOKEN_BUDGET,
+                   help=f"icl: trim the oldest scans past this token estimate (0: never; default "
+                        f"{DEFAULT_ICL_TOKEN_BUDGET})")
+    m.add_argument("--concurrency", type=int, default=N_RUNS, help="runs played at once")
+    m.add_argument("--llm-tries", type=int, default=4, help="attempts per model call")
+    m.add_argument("--temperature", type=float, default=None)
+    m.add_argument("--max-tokens", type=int, default=None)
+    m.add_argument("--think", action="store_true", help="do not append /no_think to the system prompt")
+    m.add_argument("--completion-params", default=None, metavar="JSON",
+                   help='extra litellm parameters, e.g. \'{"api_base": "http://127.0.0.1:8000/v1"}\'')
     return ap
 
 
@@ -386,18 +501,30 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if not 1 <= a.runs <= N_RUNS:
         ap.error(f"--runs must be 1..{N_RUNS}")
+    if a.concurrency < 1 or a.llm_tries < 1 or a.token_budget < 0:
+        ap.error("--concurrency and --llm-tries must be >= 1, --token-budget >= 0")
     try:
-        result = evaluate(a.model, a.system, a.runs, a.via, a.prompt)
+        extra = json.loads(a.completion_params) if a.completion_params else None
+    except ValueError as e:
+        ap.error(f"--completion-params is not JSON: {e}")
+    if extra is not None and not isinstance(extra, dict):
+        ap.error("--completion-params must be a JSON object")
+    options = {"think": a.think, "concurrency": a.concurrency, "token_budget": a.token_budget or None,
+               "llm_tries": a.llm_tries, "temperature": a.temperature, "max_tokens": a.max_tokens,
+               "extra_params": extra}
+    try:
         stateless = None
-        if a.system == "stateless":
-            stateless = result
-        elif a.stateless_from:
+        if a.stateless_from and a.system != "stateless":
             with open(a.stateless_from, encoding="utf-8") as f:
                 stateless = json.load(f)
             if stateless.get("system") != "stateless" or stateless.get("model") != a.model:
                 ap.error(f"{a.stateless_from} is not a stateless run of {a.model}")
-        elif not a.no_gain:
-            stateless = evaluate(a.model, "stateless", a.runs, a.via, a.prompt)
+        result = evaluate(a.model, a.system, a.runs, a.via, a.prompt, **options)
+        if a.system == "stateless":
+            stateless = result
+        elif stateless is None and not a.no_gain:
+            stateless = evaluate(a.model, "stateless", a.runs, a.via, a.prompt, **options)
+            result["errors"] += [f"stateless: {e}" for e in stateless["errors"]]
     except (ValueError, RuntimeError, OSError) as e:
         print(f"spectrum-rft bench90: {e}", file=sys.stderr)
         return 2
@@ -406,7 +533,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result, indent=2))
     else:
         print(format_table(result))
-    return 0
+    for e in result["errors"]:
+        print(f"spectrum-rft bench90: row error: {e}", file=sys.stderr)
+    return 1 if result["errors"] else 0
 
 
 if __name__ == "__main__":

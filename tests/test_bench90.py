@@ -307,3 +307,39 @@ def test_dispatcher_and_wrapper():
     assert res["gain_over_stateless"] == pytest.approx(0.0)
     usage = subprocess.run(["bash", str(ROOT / "eval_bench90.sh")], env=env, capture_output=True, text=True)
     assert usage.returncode == 2 and "usage" in usage.stderr
+
+
+# ---- the model path: rows through spectrum_turn_processor ----------------------------------------
+
+
+def _seed_pinned() -> bool:
+    from spectrum_adapter import env_for_row
+
+    return env_for_row("bench90-probe", {"environment_context": {"preset": "bench90", "seed": 3}})[1] == 3
+
+
+def test_bench_rows_pin_the_run_or_say_what_is_missing():
+    pytest.importorskip("eval_protocol")
+    if not _seed_pinned():
+        with pytest.raises(RuntimeError, match="row_seed"):
+            b9.bench_rows("spectrum/oracle", "icl", 2)
+        return
+    rows = b9.bench_rows("spectrum/oracle", "icl_notepad", 3)
+    assert [r.input_metadata.row_id for r in rows] == [f"bench90-icl_notepad-run{i}" for i in range(3)]
+    for i, r in enumerate(rows):
+        ctx = r.input_metadata.dataset_info["environment_context"]
+        assert (ctx["preset"], ctx["memory_mode"], ctx["reward"], ctx["seed"]) == ("bench90", "icl_notepad",
+                                                                                   "avail_iou", i)
+
+
+def test_processor_path_matches_the_direct_path():
+    pytest.importorskip("spectrum_turn_processor")
+    if not _seed_pinned():
+        pytest.skip("spectrum_adapter.row_seed does not honour environment_context['seed'] yet")
+    for model, system in (("spectrum/memoryless", "stateless"), ("spectrum/accumulate", "icl"),
+                          ("spectrum/oracle", "icl_notepad")):
+        via = b9.evaluate(model, system, 2, via="processor", token_budget=None)
+        direct = b9.evaluate(model, system, 2, via="direct")
+        assert via["errors"] == [] and via["via"] == "processor"
+        assert [r["mean_avail"] for r in via["per_run"]] == pytest.approx([r["mean_avail"] for r in direct["per_run"]])
+        assert via["stage_means"] == pytest.approx(direct["stage_means"])
