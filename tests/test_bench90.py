@@ -343,3 +343,28 @@ def test_processor_path_matches_the_direct_path():
         assert via["errors"] == [] and via["via"] == "processor"
         assert [r["mean_avail"] for r in via["per_run"]] == pytest.approx([r["mean_avail"] for r in direct["per_run"]])
         assert via["stage_means"] == pytest.approx(direct["stage_means"])
+
+
+def test_a_model_over_http(monkeypatch, capsys):
+    """A real chat-completions endpoint (127.0.0.1) through the CLI: scores match the scripted policy it
+    plays, and a refused request (HTTP 401) makes the row an error: exit 1, named on stderr."""
+    pytest.importorskip("spectrum_turn_processor")
+    loopback = pytest.importorskip("loopback_llm")
+    if not _seed_pinned():
+        pytest.skip("spectrum_adapter.row_seed does not honour environment_context['seed'] yet")
+    monkeypatch.setenv("OPENAI_API_KEY", "dummy")
+    with loopback.LoopbackLLM(responder=loopback.policy_responder("accumulate")) as server:
+        params = json.dumps({"api_base": server.base_url})
+        rc, out = cli("--model", "openai/loopback", "--system", "icl", "--runs", "1", "--no-gain", "--json",
+                      "--token-budget", "0", "--completion-params", params)
+        assert rc == 0, capsys.readouterr().err
+        res = json.loads(out)
+        assert res["via"] == "processor" and res["errors"] == []
+        assert res["mean_avail"] == pytest.approx(b9.evaluate("spectrum/accumulate", "icl", 1)["mean_avail"])
+        server.responder = lambda request: (401, {"error": {"message": "bad key"}}, 0.0)
+        rc, out = cli("--model", "openai/loopback", "--system", "stateless", "--runs", "1", "--json",
+                      "--llm-tries", "1", "--completion-params", params)
+        res = json.loads(out)
+        assert rc == 1 and len(res["errors"]) == 1 and "401" in res["errors"][0]
+        assert res["per_run"][0]["scans_skipped"] == 90  # every scan still scored (as an empty report)
+        assert "row error" in capsys.readouterr().err
