@@ -414,3 +414,16 @@ def test_redaction_filter():
                             None)
     sl._Redact([FAKE_WANDB]).filter(rec)
     assert FAKE_WANDB not in rec.getMessage() and "***" in rec.getMessage()
+
+
+def test_unreachable_api_is_reported(project, tmp_path, env, capsys):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now
+    rc = sl.main(["--arm", "icl", "--rows", "1", "--epochs", "1", "--project-dir", str(project), "--tag", "u",
+                  "--dataset-out", str(tmp_path / "u.jsonl"), "--base-url", f"http://127.0.0.1:{port}"])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert "FAILED at dataset.create: cannot reach the API" in err and "nothing was created." in err
+    _no_secrets(err)

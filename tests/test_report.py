@@ -208,6 +208,8 @@ def test_eval_protocol_experiment_jsonl(runs, tmp_path, capsys, monkeypatch):
     from eval_protocol.pytest.handle_persist_flow import handle_persist_flow
 
     monkeypatch.setenv("EP_NO_UPLOAD", "1")
+    monkeypatch.setenv("EP_DISABLE_AUTO_BROWSER", "1")
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     monkeypatch.setenv("EP_OUTPUT_DIR", str(tmp_path))
     monkeypatch.delenv("FIREWORKS_API_KEY", raising=False)
     rows = [EvaluationRow.model_validate(json.loads(x)) for x in runs["weak"].read_text().splitlines()]
