@@ -472,7 +472,8 @@ def test_degenerate_inputs(x, ys):
 @pytest.mark.skipif(not (ROOT / "test_spectrum_turn.py").is_file(), reason="test_spectrum_turn.py not in checkout")
 def test_report_on_the_turn_entry(tmp_path, capsys):
     """Run ``test_spectrum_turn.py`` (default scripted model, no network) through pytest on a 2 rows x 3
-    epochs dataset with ``--ep-jsonl-path``; report on the experiment JSONL it writes."""
+    epochs dataset with ``--ep-jsonl-path``; report on the experiment JSONL it writes and on the sqlite
+    store it fills (HOME is a temporary folder: the real ~/.eval_protocol is not touched)."""
     from make_spectrum_dataset import make_rows, to_evaluation_row_dict
 
     ds = tmp_path / "ds.jsonl"
@@ -480,8 +481,9 @@ def test_report_on_the_turn_entry(tmp_path, capsys):
                                                                     epochs=3)])
     out_dir = tmp_path / "ep"
     env = {**os.environ, "EP_NO_UPLOAD": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-           "EP_DISABLE_AUTO_BROWSER": "1", "HOME": str(tmp_path / "home"), "DISABLE_EP_SQLITE_LOG": "1"}
-    env.pop("FIREWORKS_API_KEY", None)
+           "EP_DISABLE_AUTO_BROWSER": "1", "HOME": str(tmp_path / "home")}
+    for k in ("FIREWORKS_API_KEY", "DISABLE_EP_SQLITE_LOG", "EP_OUTPUT_DIR", "EP_JSONL_PATH"):
+        env.pop(k, None)
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_spectrum_turn.py::test_spectrum_turn",
          "--ep-jsonl-path", str(ds), "--ep-output-dir", str(out_dir), "--ep-num-runs", "2"],
@@ -493,3 +495,8 @@ def test_report_on_the_turn_entry(tmp_path, capsys):
     assert [p["epoch"] for p in run["per_epoch"]] == [0, 1, 2]
     assert run["rows"] == 6 and run["rollouts"] == 12
     assert all(c["ok"] for c in run["checks"]), run["checks"]
+    db = tmp_path / "home" / ".eval_protocol" / "logs.db"
+    rc, out, err = _report(capsys, "--logs-db", str(db), "--json", "--png", "")
+    assert rc == 0, err
+    from_db = json.loads(out)["runs"][0]
+    assert from_db["per_epoch"] == run["per_epoch"] and from_db["checks"] == run["checks"]
