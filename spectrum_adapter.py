@@ -770,8 +770,18 @@ def row_seed(row_id: str, config: EnvConfig) -> int:
 
 
 def env_for_row(row_id: str, dataset_info: dict[str, Any] | None) -> tuple[SpectrumEnv, int]:
-    """A fresh env for one rollout of a row, and the seed to reset it with."""
+    """A fresh env for one rollout of a row, and the seed to reset it with.
+
+    The seed is ``seed_for_row(row_id, salt)``, except for presets whose seed is a run index of a fixed
+    schedule (``seed_is_run_index``, e.g. bench90): those rows pin it in ``environment_context["seed"]``.
+    """
     cfg = row_config(dataset_info)
     if cfg.salt == "process":
         cfg = EnvConfig(**{**cfg.to_dict(), "salt": resolve_salt("process")})
+    if getattr(get_preset(cfg.preset), "seed_is_run_index", False):
+        info = dataset_info or {}
+        ctx = info.get("environment_context") if isinstance(info.get("environment_context"), dict) else info
+        if not isinstance(ctx.get("seed"), int):
+            raise ValueError(f"row {row_id!r}: preset {cfg.preset!r} needs environment_context['seed'] = run index")
+        return SpectrumEnv(cfg), ctx["seed"]
     return SpectrumEnv(cfg), row_seed(row_id, cfg)
