@@ -516,6 +516,8 @@ def execute(plan: Plan, client: Any, http: Any, *, log: Callable[[str], None] = 
     except Exception as e:  # noqa: BLE001 -- every failure is reported with what exists so far
         out.error = str(e) if isinstance(e, LaunchError) else _api_error_text(e)
         out.failed_step = step
+    except KeyboardInterrupt:  # still say what exists
+        out.error, out.failed_step = "interrupted", step
     return out
 
 
