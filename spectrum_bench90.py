@@ -194,6 +194,7 @@ class Bench90Preset:
     max_regions: int = 24
     report_width: float | None = None  # reports carry a bandwidth per region
     default_width: float = 10.0  # a region reported without a bandwidth
+    seed_is_run_index: bool = True  # spectrum_adapter.env_for_row takes the row's pinned seed
 
     def episode(self, seed: int) -> Episode:
         order = run_order(check_run(seed))
@@ -362,6 +363,9 @@ def evaluate(model: str, system: str, runs: int, via: str = "auto", prompt: str 
     else:
         raise ValueError(f"unknown via {via!r}")
     result = summarize(model, system, [summarize_run(r, recs) for r, recs in enumerate(records)], via)
+    # the ICL budget actually applied (the direct path replays the whole history)
+    result["token_budget"] = model_options.get("token_budget", DEFAULT_ICL_TOKEN_BUDGET) if via == "processor" and system == "icl" else None
+    result["prompt"] = prompt
     result["errors"] = errors
     return result
 
@@ -393,7 +397,7 @@ def bench_rows(model: str, system: str, runs: int, prompt: str = "weak", think: 
 
 
 def run_with_processor(model: str, system: str, runs: int, prompt: str = "weak", *, think: bool = False,
-                       concurrency: int = 5, token_budget: int | None = None, llm_tries: int = 4,
+                       concurrency: int = 5, token_budget: int | None = DEFAULT_ICL_TOKEN_BUDGET, llm_tries: int = 4,
                        temperature: float | None = None, max_tokens: int | None = None,
                        extra_params: dict | None = None) -> list[list[dict]]:
     """Each run as one eval-protocol row through ``spectrum_turn_processor`` (the one dialogue loop); the
