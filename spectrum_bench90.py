@@ -194,7 +194,9 @@ class Bench90Preset:
     max_regions: int = 24
     report_width: float | None = None  # reports carry a bandwidth per region
     default_width: float = 10.0  # a region reported without a bandwidth
-    seed_is_run_index: bool = True  # spectrum_adapter.env_for_row takes the row's pinned seed
+    # spectrum_adapter.env_for_row: a row plays its pinned environment_context["seed"] (the run index),
+    # never a seed hashed from its row id.
+    seed_is_run_index: bool = True
 
     def episode(self, seed: int) -> Episode:
         order = run_order(check_run(seed))
@@ -386,9 +388,8 @@ def bench_rows(model: str, system: str, runs: int, prompt: str = "weak", think: 
         ctx = {**cfg.to_dict(), "seed": run, "row_id": row_id, "run": run}
         info = {"environment_context": ctx}
         env, seed = env_for_row(row_id, info)
-        if seed != run:
-            raise RuntimeError("bench90 rows pin their seed to the run index, but spectrum_adapter.row_seed "
-                               "ignores environment_context['seed'] (see docs/BENCH90.md, 'Seed pinning')")
+        if seed != run:  # spectrum_adapter.env_for_row honours the pin for presets with seed_is_run_index
+            raise RuntimeError(f"bench90: row {row_id} would play seed {seed}, not its pinned run {run}")
         env.reset(seed)
         sp.register_truth(env)
         rows.append(EvaluationRow.model_validate(

@@ -312,30 +312,23 @@ def test_dispatcher_and_wrapper():
 # ---- the model path: rows through spectrum_turn_processor ----------------------------------------
 
 
-def _seed_pinned() -> bool:
+def test_bench_rows_pin_the_run():
+    pytest.importorskip("eval_protocol")
     from spectrum_adapter import env_for_row
 
-    return env_for_row("bench90-probe", {"environment_context": {"preset": "bench90", "seed": 3}})[1] == 3
-
-
-def test_bench_rows_pin_the_run_or_say_what_is_missing():
-    pytest.importorskip("eval_protocol")
-    if not _seed_pinned():
-        with pytest.raises(RuntimeError, match="row_seed"):
-            b9.bench_rows("spectrum/oracle", "icl", 2)
-        return
     rows = b9.bench_rows("spectrum/oracle", "icl_notepad", 3)
     assert [r.input_metadata.row_id for r in rows] == [f"bench90-icl_notepad-run{i}" for i in range(3)]
     for i, r in enumerate(rows):
         ctx = r.input_metadata.dataset_info["environment_context"]
         assert (ctx["preset"], ctx["memory_mode"], ctx["reward"], ctx["seed"]) == ("bench90", "icl_notepad",
                                                                                    "avail_iou", i)
+        assert env_for_row(r.input_metadata.row_id, r.input_metadata.dataset_info)[1] == i
+    with pytest.raises(ValueError, match="seed"):  # a bench90 row without its run index is refused
+        env_for_row("bench90-x", {"environment_context": {"preset": "bench90"}})
 
 
 def test_processor_path_matches_the_direct_path():
     pytest.importorskip("spectrum_turn_processor")
-    if not _seed_pinned():
-        pytest.skip("spectrum_adapter.row_seed does not honour environment_context['seed'] yet")
     for model, system in (("spectrum/memoryless", "stateless"), ("spectrum/accumulate", "icl"),
                           ("spectrum/oracle", "icl_notepad")):
         via = b9.evaluate(model, system, 2, via="processor", token_budget=None)
@@ -350,8 +343,6 @@ def test_a_model_over_http(monkeypatch, capsys):
     plays, and a refused request (HTTP 401) makes the row an error: exit 1, named on stderr."""
     pytest.importorskip("spectrum_turn_processor")
     loopback = pytest.importorskip("loopback_llm")
-    if not _seed_pinned():
-        pytest.skip("spectrum_adapter.row_seed does not honour environment_context['seed'] yet")
     monkeypatch.setenv("OPENAI_API_KEY", "dummy")
     with loopback.LoopbackLLM(responder=loopback.policy_responder("accumulate")) as server:
         params = json.dumps({"api_base": server.base_url})
