@@ -115,6 +115,17 @@ def _fault_kind(exc: BaseException) -> str:
     return "llm_error"
 
 
+def _is_config_error(exc: BaseException) -> bool:
+    """Errors no retry can fix: auth, permissions, unknown model. litellm reports a missing API key as a
+    500 ("Missing credentials"), so that one is recognised by its text."""
+    if getattr(exc, "status_code", None) in _FATAL_STATUS:
+        return True
+    if isinstance(exc, (litellm.AuthenticationError, litellm.PermissionDeniedError, litellm.NotFoundError)):
+        return True
+    text = str(exc)
+    return "Missing credentials" in text or "api_key client option must be set" in text
+
+
 def _bad_arguments(tool_calls: list[dict]) -> bool:
     """Whether some tool call carries arguments that are not JSON at all."""
     for tc in tool_calls:
@@ -296,7 +307,7 @@ class SpectrumTurnRolloutProcessor(RolloutProcessor):
                 if isinstance(e, litellm.ContextWindowExceededError):
                     env.record_fault("llm_context_window")
                     return None  # the same request will overflow again
-                if status in _FATAL_STATUS or (status in _BAD_REQUEST_STATUS and stats.ok_calls == 0):
+                if _is_config_error(e) or (status in _BAD_REQUEST_STATUS and stats.ok_calls == 0):
                     raise RolloutConfigError(f"model request rejected (HTTP {status}): {str(e)[:300]}") from e
                 if status in _BAD_REQUEST_STATUS:
                     env.record_fault("llm_bad_request")

@@ -166,6 +166,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             status, body, delay = owner.responder(request)
         except Exception as e:  # a broken test responder must not look like a healthy server
+            owner.errors.append(e)
             status, body, delay = 500, {"error": {"message": f"responder failed: {e!r}"}}, 0.0
         if delay:
             time.sleep(delay)
@@ -210,6 +211,7 @@ class LoopbackLLM:
         self.host, self.port = host, port
         self.record = record
         self.requests: list[dict] = []
+        self.errors: list[BaseException] = []  # exceptions raised by the responder (answered with a 500)
         self.count = 0
         self._lock = threading.Lock()
         self._httpd: _Server | None = None
