@@ -198,7 +198,7 @@ class SpectrumTurnRolloutProcessor(RolloutProcessor):
 
     async def rollout(self, row: EvaluationRow, params: dict, config: RolloutProcessorConfig) -> EvaluationRow:
         t0 = time.perf_counter()
-        row.input_metadata.completion_params = {k: v for k, v in params.items() if k != "cache"}
+        row.input_metadata.completion_params = {k: v for k, v in params.items() if k not in ("cache", "api_key")}
         stats = _Stats()
         env: SpectrumEnv | None = None
         started = False
@@ -349,12 +349,17 @@ class SpectrumTurnRolloutProcessor(RolloutProcessor):
         content = msg.content if isinstance(msg.content, str) else ""
         message: dict[str, Any] = {"role": "assistant", "content": content}  # "" not None: llama.cpp
         calls = []
+        seen: set[str] = set()
         for tc in msg.tool_calls or ():
             fn = getattr(tc, "function", None)
             args = getattr(fn, "arguments", None)
             if not isinstance(args, str):
                 args = json.dumps(args) if args is not None else ""
-            calls.append({"id": getattr(tc, "id", None) or f"call_{uuid.uuid4().hex[:12]}", "type": "function",
+            call_id = getattr(tc, "id", None)
+            if not isinstance(call_id, str) or not call_id or call_id in seen:  # each result must pair with one call
+                call_id = f"call_{uuid.uuid4().hex[:12]}"
+            seen.add(call_id)
+            calls.append({"id": call_id, "type": "function",
                           "function": {"name": getattr(fn, "name", None) or "", "arguments": args}})
         if calls:
             message["tool_calls"] = calls

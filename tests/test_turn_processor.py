@@ -283,7 +283,7 @@ def test_malformed_json_arguments(llm, clean):
     assert faults(row) == {"llm_bad_tool_json": 1} and spectrum(row)["score"] == clean["scaffold"]
     # always: the last try's call gets an error result naming the problem; the budget then skips the scan
     llm.responder = lambda r: ok(chat_response("", [tool_call("submit_report", "{oops")]))
-    (row,) = run(rows(), llm.completion_params(), fast_processor(llm_tries=2))
+    (row,) = run(rows(), llm.completion_params(), fast_processor(llm_tries=1))
     assert_complete(row)
     s = spectrum(row)
     assert s["scans_skipped"] == N_SCANS and s["faults"]["skip_call_budget"] == N_SCANS
@@ -421,10 +421,11 @@ def test_a_bug_is_an_error_row(llm):
 def test_junk_tool_calls_over_http(llm):
     junk = [tool_call("submit_report", "null"), tool_call("submit_report", "[1, 2]"),
             tool_call("submit_report", '{"center_freqs": [1, 2, 3], "bandwidths": [1]}'),
-            tool_call("submit_report", '{"center_freqs": ' + "[" * 5000 + "]" * 5000 + "}"),
+            tool_call("submit_report", '{"center_freqs": ' + "[" * 800 + "]" * 800 + "}"),
             tool_call("submit_report", json.dumps({"center_freqs": list(range(100))})),
             tool_call("submit_report", '{"center_freqs": [true, "x", null]}'),
-            tool_call("rm -rf /", "{}"), tool_call("", ""), tool_call("notepad_write", '{"text": 5}')]
+            tool_call("rm -rf /", "{}"), tool_call("", ""), tool_call("notepad_write", '{"text": 5}'),
+            tool_call("submit_report", "{}", call_id="same"), tool_call("notepad_read", "{}", call_id="same")]
     llm.responder = lambda r: ok(chat_response("", junk))
     (row,) = run(rows(), llm.completion_params())
     assert_complete(row)
@@ -509,13 +510,14 @@ def test_arbitrary_tool_calls_never_crash_the_loop(mode, messages):
         if env.done:
             break
         tcs = [tool_call(n, a, f"c{i}") for i, (n, a) in enumerate(calls)]
-        before = env.scan_index
+        before, n_before = env.scan_index, len(transcript)
         advanced = SpectrumTurnRolloutProcessor._run_tools(env, tcs, transcript, _Stats())
         env.end_model_turn(advanced)
-        assert env.done or env.scan_index in (before, before + 1)
-        submits_ok = sum(1 for m in transcript[-len(tcs):] if m["content"].startswith("Scan ")) if tcs else 0
-        assert submits_ok <= 1  # at most one report lands per message
-    assert sum(1 for m in transcript if m["role"] == "tool") == sum(len(c) for c in messages[:len(messages)]) or env.done
+        results = transcript[n_before:]
+        assert [m["tool_call_id"] for m in results] == [tc["id"] for tc in tcs]  # one result per call
+        assert env.done or env.scan_index in (before, before + 1)  # at most one scan closes per message
+        assert sum(1 for m in results if m["content"].startswith("Scan ")) <= 1
+        assert advanced == (env.done or env.scan_index == before + 1) or not advanced
     env.finish("test")
     m = env.metrics()
     assert len(m["per_scan_reward"]) == N_SCANS and all(0.0 <= r <= 1.0 for r in m["per_scan_reward"])
