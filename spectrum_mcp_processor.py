@@ -32,15 +32,21 @@ import contextvars
 import json
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamablehttp_client
+from mcp.types import Implementation
 from pydantic import AnyUrl
 
 import eval_protocol as ep
@@ -106,8 +112,57 @@ def _decode(text: str) -> dict:
 # --------------------------------------------------------------------------------------------------
 
 
+_SSL_CONTEXT: ssl.SSLContext | None = None
+
+
+def _mcp_http_client(headers: dict[str, str] | None = None, timeout: httpx.Timeout | None = None,
+                     auth: httpx.Auth | None = None) -> httpx.AsyncClient:
+    """mcp's default client, but with ONE shared SSL context: httpx builds a fresh one (loading the CA
+    bundle, ~20 ms CPU) for every client, i.e. for every rollout's MCP connection, even for http URLs."""
+    global _SSL_CONTEXT
+    if _SSL_CONTEXT is None:
+        _SSL_CONTEXT = ssl.create_default_context()
+    return httpx.AsyncClient(headers=headers, timeout=timeout or httpx.Timeout(30.0, read=300.0), auth=auth,
+                             follow_redirects=False, verify=_SSL_CONTEXT)
+
+
 class SpectrumConnectionManager(MCPConnectionManager):
     """One MCP request per tool call; control-plane data from the result's ``_meta``."""
+
+    async def initialize_session(self, session: Any) -> None:
+        """eval-protocol's session set-up (clientInfo extras: session id, seed, row config, row id, model),
+        with :func:`_mcp_http_client` and without the mcp client's extra ``list_tools`` on the first call
+        (it re-lists the tools to validate structured output; ours declare none)."""
+        if session._mcp_session is not None and session._exit_stack is not None:
+            await session._exit_stack.aclose()
+        session._mcp_session = session._exit_stack = None
+        extra: dict[str, Any] = {"session_id": session.session_id}
+        if session.seed is not None:
+            extra["seed"] = session.seed
+        row = session.dataset_row
+        if row is not None and row.environment_context:
+            extra["config"] = row.environment_context
+        if row is not None and row.id:
+            extra["dataset_row_id"] = row.id
+        if session.model_id:
+            extra["model_id"] = session.model_id
+        client_info = Implementation(name="reward-kit", version="1.0.0", _extra={})  # eval-protocol's name
+        client_info._extra.update(extra)
+        stack = AsyncExitStack()
+        try:
+            read, write, _ = await stack.enter_async_context(streamablehttp_client(
+                session.base_url, terminate_on_close=True, httpx_client_factory=_mcp_http_client))
+            mcp_session = await stack.enter_async_context(ClientSession(read, write, client_info=client_info))
+            await mcp_session.initialize()
+        except BaseException:
+            await stack.aclose()
+            raise
+        session._mcp_session, session._exit_stack = mcp_session, stack
+        await self._prewarm_tools_cache(session)
+        schemas = getattr(mcp_session, "_tool_output_schemas", None)
+        if isinstance(schemas, dict):
+            for tool in self._tools_cache.get(session.base_url, []):
+                schemas.setdefault(tool["name"], None)
 
     async def get_initial_state(self, session: Any) -> Any:
         if not session._mcp_session:
@@ -241,19 +296,21 @@ class SpectrumServer:
                     return self
             time.sleep(0.05)
         log_tail = self.log_path.read_text()[-3000:] if self.log_path.exists() else ""
-        self.stop()
+        self.stop(keep_log=True)
         raise RuntimeError(f"spectrum server did not start on port {self.port}:\n{log_tail}")
 
-    def stop(self) -> None:
+    def stop(self, keep_log: bool = False, timeout: float = 5.0) -> None:
         p, self.process = self.process, None
         if p is None:
             return
         p.terminate()
         try:
-            p.wait(timeout=5)
+            p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
+        if not keep_log:
+            self.log_path.unlink(missing_ok=True)
 
     @property
     def pid(self) -> int | None:

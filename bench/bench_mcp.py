@@ -1,0 +1,187 @@
+"""McpGym path throughput: SpectrumMcpRolloutProcessor -> the real spectrum_server.py process, litellm ->
+an instantly answering loopback chat server (a separate process playing the accumulate policy), 96 rows
+x 12 scans at 96 concurrency; beside it, the in-process path (bench/bench_turn.py) in the same run.
+
+    python bench/bench_mcp.py [--rows 96] [--concurrency 96] [--memory-mode scaffold] [--repeat 1]
+        [--no-turn] [--profile cprofile] [--json]
+
+"CPU ms per scan" = (this process's ``time.process_time()`` + the MCP server process's CPU from /proc)
+/ scans; the model server's CPU is not included (reported separately). Server peak memory = the MCP
+server's VmHWM.
+
+Reference (the issue): the original experiment's McpGym path ran 1.07 rollouts/s at ~95 ms CPU per scan,
+server 243 MB, on the project machine (2 cores); the goal is >= 5x the rollouts/s and <= 20 ms CPU/scan.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+ORIGINAL_ROLLOUTS_PER_S = 1.07
+GOAL_ROLLOUTS_PER_S = 5 * ORIGINAL_ROLLOUTS_PER_S
+GOAL_CPU_MS_PER_SCAN = 20.0
+
+
+def _proc_cpu_s(pid: int) -> float | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _vm_hwm_mb(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def run_turn_bench(rows: int, concurrency: int, memory_mode: str) -> dict | None:
+    """The in-process path's figures from bench/bench_turn.py, run now (same machine state)."""
+    script = ROOT / "bench" / "bench_turn.py"
+    if not script.exists():
+        return None
+    out = subprocess.run([sys.executable, str(script), "--rows", str(rows), "--concurrency", str(concurrency),
+                          "--memory-mode", memory_mode, "--json"], capture_output=True, text=True, cwd=str(ROOT),
+                         timeout=900)
+    try:
+        return json.loads(out.stdout[out.stdout.index("["):])[0]
+    except (ValueError, IndexError):
+        return {"error": (out.stderr or out.stdout)[-500:]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", type=int, default=96)
+    ap.add_argument("--concurrency", type=int, default=96)
+    ap.add_argument("--memory-mode", default="scaffold")
+    ap.add_argument("--policy", default="accumulate")
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--no-turn", action="store_true", help="skip the in-process path's bench")
+    ap.add_argument("--profile", choices=("cprofile",), default=None)
+    ap.add_argument("--server-profile", default=None, metavar="PATH", help="cProfile the MCP server into PATH")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args(argv)
+
+    for k, v in {"OPENAI_API_KEY": "dummy", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "EP_NO_UPLOAD": "1"}.items():
+        os.environ.setdefault(k, v)
+
+    from eval_protocol.dataset_logger.dataset_logger import DatasetLogger  # noqa: PLC0415
+    from eval_protocol.pytest.types import RolloutProcessorConfig  # noqa: PLC0415
+
+    from bench_turn import start_server as start_loopback  # noqa: PLC0415
+    from make_spectrum_dataset import dataset_adapter, make_rows  # noqa: PLC0415
+    from spectrum_mcp_processor import SERVER_SCRIPT, SpectrumMcpRolloutProcessor, SpectrumServer  # noqa: PLC0415
+
+    class NullLogger(DatasetLogger):
+        def log(self, row):
+            return None
+
+        def read(self, rollout_id=None):
+            return []
+
+    loopback, lport = start_loopback(a.policy)
+    server = SpectrumServer(extra_args=["--profile", a.server_profile] if a.server_profile else None).start()
+    params = {"model": "openai/loopback", "api_base": f"http://127.0.0.1:{lport}/v1", "use_caching": False}
+    raw = make_rows(a.rows, memory_mode=a.memory_mode, prefix="bench")
+    processor = SpectrumMcpRolloutProcessor()
+
+    async def batch(n_rows: int) -> list:
+        rows = dataset_adapter(raw[:n_rows])
+        cfg = RolloutProcessorConfig(completion_params=params, mcp_config_path="", server_script_path=SERVER_SCRIPT,
+                                     steps=144, semaphore=asyncio.Semaphore(a.concurrency), logger=NullLogger(),
+                                     kwargs={"start_server": False, "port": server.port})
+        return await asyncio.gather(*processor(rows, cfg))
+
+    async def run() -> list[dict]:
+        await batch(min(8, a.rows))  # warm-up: imports, litellm's client, the server's first sessions
+        results = []
+        for _ in range(a.repeat):
+            s0, m0 = _proc_cpu_s(server.pid), _proc_cpu_s(loopback.pid)
+            t0, c0 = time.perf_counter(), time.process_time()
+            out = await batch(a.rows)
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            s1, m1 = _proc_cpu_s(server.pid), _proc_cpu_s(loopback.pid)
+            scans = sum(len(r.execution_metadata.extra["spectrum"]["per_scan_reward"]) for r in out)
+            errors = sum(1 for r in out if r.rollout_status.is_error())
+            skipped = sum(r.execution_metadata.extra["spectrum"]["scans_skipped"] for r in out)
+            server_cpu = (s1 - s0) if s0 is not None and s1 is not None else None
+            results.append({
+                "path": "mcp", "rows": len(out), "scans": scans, "errors": errors, "scans_skipped": skipped,
+                "wall_s": round(wall, 3), "rollouts_per_s": round(len(out) / wall, 2),
+                "client_cpu_ms_per_scan": round(1000 * cpu / scans, 2),
+                "server_cpu_ms_per_scan": round(1000 * server_cpu / scans, 2) if server_cpu is not None else None,
+                "cpu_ms_per_scan": round(1000 * (cpu + (server_cpu or 0.0)) / scans, 2),
+                "model_server_cpu_ms_per_scan": round(1000 * (m1 - m0) / scans, 2) if m0 is not None else None,
+                "llm_calls": processor.last_policy.llm_calls if processor.last_policy else None,
+                "server_peak_mb": round(_vm_hwm_mb(server.pid) or 0.0, 1),
+                "mean_score": round(sum(r.execution_metadata.extra["spectrum"]["score"] for r in out) / len(out), 4),
+            })
+        return results
+
+    profiler = None
+    try:
+        if a.profile == "cprofile":
+            import cProfile  # noqa: PLC0415
+
+            profiler = cProfile.Profile()
+            profiler.enable()
+            results = asyncio.run(run())
+            profiler.disable()
+        else:
+            results = asyncio.run(run())
+    finally:
+        server.stop(timeout=60 if a.server_profile else 5)
+        loopback.terminate()
+        loopback.wait(timeout=10)
+
+    turn = None if a.no_turn else run_turn_bench(a.rows, a.concurrency, a.memory_mode)
+    if a.json:
+        print(json.dumps({"mcp": results, "turn": turn}, indent=2))
+    else:
+        print(f"bench_mcp: {a.rows} rows x 12 scans, concurrency {a.concurrency}, memory mode {a.memory_mode}, "
+              f"loopback model = {a.policy} policy in a separate process, real spectrum_server.py process")
+        for r in results:
+            ok = r["rollouts_per_s"] >= GOAL_ROLLOUTS_PER_S and r["cpu_ms_per_scan"] <= GOAL_CPU_MS_PER_SCAN
+            print(f"  mcp : {r['rollouts_per_s']:.2f} rollouts/s ({r['rollouts_per_s'] / ORIGINAL_ROLLOUTS_PER_S:.1f}x "
+                  f"the original's {ORIGINAL_ROLLOUTS_PER_S}) | {r['cpu_ms_per_scan']:.2f} ms CPU/scan "
+                  f"(client {r['client_cpu_ms_per_scan']:.2f} + server {r['server_cpu_ms_per_scan']}) | server peak "
+                  f"{r['server_peak_mb']} MB | model server {r['model_server_cpu_ms_per_scan']} ms/scan | wall "
+                  f"{r['wall_s']:.2f} s | scans {r['scans']} (skipped {r['scans_skipped']}, errors {r['errors']}) | "
+                  f"model calls {r['llm_calls']} | mean score {r['mean_score']} "
+                  f"[{'OK' if ok else 'below goal'}: goal >= {GOAL_ROLLOUTS_PER_S:.2f} rollouts/s, "
+                  f"<= {GOAL_CPU_MS_PER_SCAN:g} ms/scan]")
+        if a.no_turn:
+            print("  turn: not measured (--no-turn)")
+        elif turn is None:
+            print("  turn: bench/bench_turn.py not found (in-process path not measured)")
+        elif "error" in turn:
+            print(f"  turn: bench_turn failed: {turn['error']}")
+        else:
+            print(f"  turn: {turn['rollouts_per_s']:.2f} rollouts/s | {turn['cpu_ms_per_scan']:.2f} ms CPU/scan "
+                  f"(single process; sqlite row logging) | wall {turn['wall_s']:.2f} s | scans {turn['scans']} "
+                  f"| mean score {turn['mean_score']}   (in-process path, bench/bench_turn.py, same run)")
+    if profiler is not None:
+        import pstats  # noqa: PLC0415
+
+        pstats.Stats(profiler).sort_stats("cumulative").print_stats(40)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
