@@ -770,18 +770,21 @@ def row_seed(row_id: str, config: EnvConfig) -> int:
 
 
 def env_for_row(row_id: str, dataset_info: dict[str, Any] | None) -> tuple[SpectrumEnv, int]:
-    """A fresh env for one rollout of a row, and the seed to reset it with.
+    """A fresh env for one rollout of a row, and the seed to reset it with (both rollout paths).
 
-    The seed is ``seed_for_row(row_id, salt)``, except for presets whose seed is a run index of a fixed
-    schedule (``seed_is_run_index``, e.g. bench90): those rows pin it in ``environment_context["seed"]``.
+    The seed is the row's explicit ``environment_context["seed"]`` when it carries one (the dataset
+    generator writes ``seed_for_row(row_id, salt)`` there; 0 is a valid seed), else it is derived here
+    from the row id and salt (a ``process`` salt is resolved once per process). Presets whose seed is a
+    run index of a fixed schedule (``seed_is_run_index``, e.g. bench90) require the explicit seed.
     """
     cfg = row_config(dataset_info)
-    if cfg.salt == "process":
+    info = dataset_info or {}
+    ctx = info.get("environment_context") if isinstance(info.get("environment_context"), dict) else info
+    explicit = ctx.get("seed")
+    if cfg.salt == "process":  # a per-process band: any stored seed is ignored
         cfg = EnvConfig(**{**cfg.to_dict(), "salt": resolve_salt("process")})
+    elif isinstance(explicit, int) and not isinstance(explicit, bool) and explicit >= 0:
+        return SpectrumEnv(cfg), explicit
     if getattr(get_preset(cfg.preset), "seed_is_run_index", False):
-        info = dataset_info or {}
-        ctx = info.get("environment_context") if isinstance(info.get("environment_context"), dict) else info
-        if not isinstance(ctx.get("seed"), int):
-            raise ValueError(f"row {row_id!r}: preset {cfg.preset!r} needs environment_context['seed'] = run index")
-        return SpectrumEnv(cfg), ctx["seed"]
+        raise ValueError(f"row {row_id!r}: preset {cfg.preset!r} needs environment_context['seed'] = run index")
     return SpectrumEnv(cfg), row_seed(row_id, cfg)

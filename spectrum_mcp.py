@@ -67,16 +67,9 @@ FINISH_URI = "spectrum://finish/{reason}"
 
 
 def row_env(row_id: str, config: dict | None) -> tuple[SpectrumEnv, int]:
-    """A fresh env and its seed for one rollout of a row (``config`` = the row's environment_context).
-
-    :func:`spectrum_adapter.env_for_row` decides config and seed; an explicit integer ``seed`` the row
-    carries (0 included) takes precedence, as that is what the row says.
-    """
-    env, seed = env_for_row(row_id, {"environment_context": dict(config or {})})
-    explicit = (config or {}).get("seed")
-    if isinstance(explicit, int) and not isinstance(explicit, bool) and explicit >= 0:
-        seed = explicit
-    return env, seed
+    """A fresh env and its seed for one rollout of a row (``config`` = the row's environment_context):
+    :func:`spectrum_adapter.env_for_row` decides both, as on the in-process path."""
+    return env_for_row(row_id, {"environment_context": dict(config or {})})
 
 
 def first_prompt(row_id: str, config: dict | None) -> str:

@@ -148,3 +148,14 @@ def test_padding_a_good_report_with_blind_tiles_lowers_the_default_reward():
                 obs, *_ = env.step({"center_freqs": rep})
             (padded if pad else plain).append(env.metrics()["score"])
     assert sum(padded) < sum(plain)
+
+
+def test_env_for_row_honours_an_explicit_seed_zero_included():
+    env, seed = env_for_row("anything", {"environment_context": {"preset": "seed", "seed": 0}})
+    assert seed == 0
+    env, seed = env_for_row("r1", {"environment_context": {"preset": "seed"}})
+    from spectrum_adapter import seed_for_row
+
+    assert seed == seed_for_row("r1")
+    with pytest.raises(ValueError, match="run index"):
+        env_for_row("b", {"environment_context": {"preset": "bench90", "memory_mode": "none"}})
