@@ -221,17 +221,21 @@ class SpectrumTurnRolloutProcessor(RolloutProcessor):
             row.rollout_status = Status.rollout_error(str(e))
         except Exception as e:  # a bug: the row carries it (eval-protocol would retry and lose the env)
             row.rollout_status = Status.rollout_error(f"{type(e).__name__}: {e}")
-        if env is not None and started:
-            if not env.done:
-                env.finish("rollout_error")
-            extra = dict(row.execution_metadata.extra or {})
-            extra["spectrum"] = {**env.metrics(), "scan_records": env.scan_records()}
-            extra["spectrum_rollout"] = {"transport": "turn", "model_calls": stats.model_calls,
-                                         "llm_requests": stats.llm_requests}
-            row.execution_metadata.extra = extra
-        if transcript:
-            row.messages = self._messages(transcript, stats)
-        self._finish_metadata(row, stats, t0)
+        try:
+            if env is not None and started:
+                if not env.done:
+                    env.finish("rollout_error")
+                extra = dict(row.execution_metadata.extra or {})
+                extra["spectrum"] = {**env.metrics(), "scan_records": env.scan_records()}
+                extra["spectrum_rollout"] = {"transport": "turn", "model_calls": stats.model_calls,
+                                             "llm_requests": stats.llm_requests}
+                row.execution_metadata.extra = extra
+            if transcript:
+                row.messages = self._messages(transcript, stats)
+            self._finish_metadata(row, stats, t0)
+        except Exception as e:  # never mask the first error; a bug here still ends as an error row
+            if not row.rollout_status.is_error():
+                row.rollout_status = Status.rollout_error(f"{type(e).__name__} while finishing the row: {e}")
         if self.log_final:
             config.logger.log(row)
         return row
