@@ -1,0 +1,183 @@
+"""``spectrum-rft eval`` with the scripted baseline models: JSON shape, files written, the ladder's order
+through both evaluation entries (real pytest children running the real processors and scoring)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from eval_protocol.models import EvaluationRow
+
+import spectrum_eval as se
+
+OFFLINE = {"EP_NO_UPLOAD": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "EP_DISABLE_AUTO_BROWSER": "1",
+           "OPENAI_API_KEY": "dummy"}
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def offline_env():
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in OFFLINE.items():
+            mp.setenv(k, v)
+        mp.delenv("FIREWORKS_API_KEY", raising=False)
+        yield
+
+
+def _run_json(args: list[str], capsys) -> dict:
+    rc = se.main([*args, "--json", "--no-progress"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    return json.loads(out)
+
+
+@pytest.fixture(scope="module")
+def turn_ladder(offline_env, tmp_path_factory):
+    out = tmp_path_factory.mktemp("eval-turn")
+    buf = io.StringIO()  # capsys is function-scoped: capture by hand
+    with contextlib.redirect_stdout(buf):
+        rc = se.main(["--rows", "4", "--out", str(out), "--json", "--no-progress"])
+    assert rc == 0, buf.getvalue()
+    return json.loads(buf.getvalue()), out
+
+
+def test_json_shape_and_ladder_order_turn(turn_ladder):
+    result, out = turn_ladder
+    assert set(result) == {"rows", "path", "models", "plot"}
+    assert result["rows"] == 4 and result["path"] == "turn"
+    assert list(result["models"]) == ["spectrum/memoryless", "spectrum/accumulate", "spectrum/oracle"]
+    for metrics in result["models"].values():
+        assert set(se.METRICS) <= set(metrics)
+        assert all(isinstance(metrics[m], float) for m in se.METRICS)
+    m = result["models"]
+    assert m["spectrum/oracle"]["privileged"] is True and m["spectrum/accumulate"]["privileged"] is False
+    # the ladder under the scaffold echo: memory pays, the privileged oracle is perfect
+    assert m["spectrum/memoryless"]["score"] < m["spectrum/accumulate"]["score"] < m["spectrum/oracle"]["score"]
+    assert m["spectrum/oracle"]["score"] == pytest.approx(1.0)
+    assert m["spectrum/accumulate"]["score"] > 2 * m["spectrum/memoryless"]["score"]
+    assert m["spectrum/accumulate"]["memory_gain"] > 0.05 > abs(m["spectrum/memoryless"]["memory_gain"])
+    assert all(v["scans_skipped"] == 0 for v in m.values())
+    assert Path(result["plot"]) == out / "per_scan_reward.png"
+
+
+def test_files_written_turn(turn_ladder):
+    result, out = turn_ladder
+    assert Path(result["plot"]).read_bytes()[:8] == PNG_MAGIC
+    dataset = [json.loads(line) for line in (out / "dataset.jsonl").read_text().splitlines()]
+    assert len(dataset) == 4
+    lines = (out / "rows.jsonl").read_text().splitlines()
+    assert len(lines) == 12  # 3 models x 4 rows
+    rows = [EvaluationRow.model_validate_json(line) for line in lines]
+    assert [r.input_metadata.row_id for r in rows[:4]] == [d["id"] for d in dataset]  # dataset order
+    models = [r.input_metadata.completion_params["model"] for r in rows]
+    assert models == ["spectrum/memoryless"] * 4 + ["spectrum/accumulate"] * 4 + ["spectrum/oracle"] * 4
+    for r in rows:
+        assert not r.rollout_status.is_error()
+        ev = r.evaluation_result
+        assert ev is not None and ev.is_score_valid
+        assert len(ev.step_outputs) == 12  # every scan scored
+        spectrum = r.execution_metadata.extra["spectrum"]
+        assert spectrum["score"] == pytest.approx(ev.score)
+        assert len(spectrum["per_scan_reward"]) == 12
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["path"] == "turn" and summary["memory_mode"] == "scaffold" and summary["preset"] == "default"
+    for name, metrics in result["models"].items():
+        s = summary["models"][name]
+        assert len(s["per_scan_reward"]) == 12 and s["rows"] == 4 and s["rows_errored"] == 0
+        assert {k: s[k] for k in se.METRICS} == {k: metrics[k] for k in se.METRICS}
+        # the table's score is the mean over rows of the entry's EvaluateResult
+        scores = [r.evaluation_result.score for r in rows if r.input_metadata.completion_params["model"] == name]
+        assert s["score"] == pytest.approx(sum(scores) / len(scores), abs=1e-6)
+    assert (out / "pytest.log").read_text().count("passed") >= 1
+
+
+def test_mcp_path_gives_the_same_ladder(turn_ladder, offline_env, tmp_path, capsys):
+    """The McpGym entry scores the same bands identically (same env, same policies, other transport)."""
+    result = _run_json(["--path", "mcp", "--rows", "4", "--out", str(tmp_path)], capsys)
+    assert result["path"] == "mcp" and list(result["models"]) == list(turn_ladder[0]["models"])
+    for name, metrics in result["models"].items():
+        for k in se.METRICS:
+            assert metrics[k] == pytest.approx(turn_ladder[0]["models"][name][k], abs=1e-9), (name, k)
+    rows = [EvaluationRow.model_validate_json(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert len(rows) == 12 and all(len(r.evaluation_result.step_outputs) == 12 for r in rows)
+    # scans arrive as tool results on this path
+    assert any(m.role == "tool" and "Scan 2/12" in str(m.content) for m in rows[0].messages)
+
+
+def test_table_output_labels_the_oracle_privileged(offline_env, tmp_path, capsys):
+    rc = se.main(["--model", "oracle", "--model", "carpet-16", "--rows", "1", "--preset", "seed", "--reward",
+                  "occ_iou", "--out", str(tmp_path), "--no-progress"])
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    lines = text.splitlines()
+    assert lines[0].split() == ["model", *se.METRICS, "rows"]
+    oracle = next(line for line in lines if line.startswith("spectrum/oracle"))
+    assert "(privileged)" in oracle and oracle.split()[2] == "1.000"
+    assert any(line.startswith("spectrum/carpet-16 ") for line in lines)
+    assert "preset seed" in text and "reward occ_iou" in text
+    assert (tmp_path / "per_scan_reward.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_model_specs():
+    specs = se.model_specs(["accumulate", "spectrum/carpet-8", "openai/qwen3", "local"],
+                           api_base="http://127.0.0.1:8000/v1", tool_choice="auto", extra={"temperature": 0})
+    assert [s.label for s in specs] == ["spectrum/accumulate", "spectrum/carpet-8", "openai/qwen3", "local"]
+    assert specs[0].params == {"model": "spectrum/accumulate"}  # baselines take no endpoint params
+    assert specs[2].params == {"model": "openai/qwen3", "temperature": 0, "api_base": "http://127.0.0.1:8000/v1",
+                               "tool_choice": "auto"}
+    assert specs[3].local and not specs[3].privileged
+    assert se.model_specs(["oracle"])[0].display == "spectrum/oracle (privileged)"
+    with pytest.raises(ValueError, match="unknown baseline"):
+        se.model_specs(["spectrum/telepath"])
+    with pytest.raises(ValueError, match="twice"):
+        se.model_specs(["accumulate", "spectrum/accumulate"])
+
+
+def test_rows_map_to_models_by_experiment_order():
+    """The same model twice (different params the processor may drop) still maps experiment by experiment."""
+    specs = [se.ModelSpec("a", {"model": "openai/m", "temperature": 0.0}),
+             se.ModelSpec("b", {"model": "openai/m", "temperature": 0.7}),
+             se.ModelSpec("c", {"model": "spectrum/oracle"})]
+
+    def row(exp: str, t: str, cp: dict) -> dict:
+        return {"execution_metadata": {"experiment_id": exp}, "created_at": t, "input_metadata": {"completion_params": cp}}
+
+    rows = [row("x2", "2025-01-01T00:00:02", {"model": "openai/m"}),
+            row("x1", "2025-01-01T00:00:01", {"model": "openai/m", "max_tokens": 9}),
+            row("x3", "2025-01-01T00:00:03", {"model": "spectrum/oracle"}),
+            row("x4", "2025-01-01T00:00:04", {"model": "openai/m", "temperature": 0.7})]
+    got = se.assign_rows(rows, specs)
+    assert [r["execution_metadata"]["experiment_id"] for r in got["a"]] == ["x1"]
+    assert [r["execution_metadata"]["experiment_id"] for r in got["b"]] == ["x2", "x4"]
+    assert [r["execution_metadata"]["experiment_id"] for r in got["c"]] == ["x3"]
+
+
+def test_bad_arguments_exit_2(capsys):
+    for argv in (["--rows", "0"], ["--model", "spectrum/nope"], ["--memory-mode", "telepathy"],
+                 ["--path", "grpc"]):
+        with pytest.raises(SystemExit) as e:
+            se.main(argv)
+        assert e.value.code == 2, argv
+    capsys.readouterr()
+
+
+def test_unknown_preset_is_refused_before_any_work(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        se.main(["--preset", "nowhere", "--out", str(tmp_path / "x")])
+    assert e.value.code == 2 and "nowhere" in capsys.readouterr().err
+    assert not (tmp_path / "x" / "dataset.jsonl").exists()
+
+
+def test_plot_uses_no_global_backend(tmp_path):
+    import matplotlib
+
+    before = matplotlib.get_backend() if "matplotlib.pyplot" in sys.modules else None
+    path = se.plot_per_scan({"a": [0.1, 0.2, 0.3], "b (privileged)": [1.0, 1.0, 1.0], "empty": []},
+                            tmp_path / "p.png", "t")
+    assert path.read_bytes()[:8] == PNG_MAGIC
+    if before is not None:
+        assert matplotlib.get_backend() == before
