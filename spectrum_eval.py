@@ -345,7 +345,9 @@ def summarize(rows: Sequence[dict]) -> dict[str, Any]:
         round(sum(c[i] for c in curves if len(c) > i) / max(1, sum(len(c) > i for c in curves)), 6) for i in range(n)
     ]
     out["rows"] = len(rows)
-    out["rows_errored"] = sum(1 for r in rows if is_error_row(r))
+    errored = [r for r in rows if is_error_row(r)]
+    out["rows_errored"] = len(errored)
+    out["first_error"] = (errored[0].get("rollout_status") or {}).get("message") if errored else None
     out["rows_unscored"] = sum(1 for r in rows if not isinstance(r.get("evaluation_result"), dict))
     return out
 
@@ -362,12 +364,12 @@ def format_table(models: dict[str, dict[str, Any]], displays: dict[str, str] | N
     displays = displays or {}
     names = [displays.get(k, k) for k in models]
     w = max([len("model"), *map(len, names)])
-    cols = [*METRICS, "rows"]
+    cols = [*METRICS, "rows", "errors"]
     head = f"{'model':<{w}}  " + "  ".join(f"{c:>14}" for c in cols)
     lines = [head, "-" * len(head)]
     for key, disp in zip(models, names):
         m = models[key]
-        cells = [_fmt(m.get(c)) for c in METRICS] + [str(m.get("rows", "-"))]
+        cells = [_fmt(m.get(c)) for c in METRICS] + [str(m.get("rows", "-")), str(m.get("rows_errored", "-"))]
         lines.append(f"{disp:<{w}}  " + "  ".join(f"{c:>14}" for c in cells))
     return "\n".join(lines)
 
@@ -590,7 +592,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if a.json:
         print(json.dumps({"rows": summary["rows"], "path": summary["path"],
-                          "models": {k: {m: v[m] for m in (*METRICS, "privileged")} for k, v in summary["models"].items()},
+                          "models": {k: {m: v[m] for m in (*METRICS, "privileged", "rows_errored")} for k, v in summary["models"].items()},
                           "plot": summary["plot"]}))
     else:
         print(format_table(summary["models"], summary["displays"]))
@@ -599,11 +601,18 @@ def main(argv: list[str] | None = None) -> int:
         if any(v["privileged"] for v in summary["models"].values()):
             print("privileged: the oracle reads the hidden truth (an upper bound, not a model)")
         print(f"plot: {summary['plot']}\nrows, summary, logs: {summary['out']}")
+    log = Path(summary["out"]) / "pytest.log"
+    failed = list(summary["missing"])
+    for name, v in summary["models"].items():
+        if v["rows_errored"]:
+            print(f"spectrum-rft eval: {name}: {v['rows_errored']}/{v['rows']} rollouts errored (scored 0): "
+                  f"{v['first_error']} (see {log})", file=sys.stderr)
+            if v["rows_errored"] == v["rows"] and name not in failed:
+                failed.append(name)
     if summary["missing"]:
-        print(f"spectrum-rft eval: incomplete results for {', '.join(summary['missing'])} "
-              f"(see {Path(summary['out']) / 'pytest.log'})", file=sys.stderr)
-        return 1
-    return 0
+        print(f"spectrum-rft eval: incomplete results for {', '.join(summary['missing'])} (see {log})",
+              file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

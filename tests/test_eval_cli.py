@@ -114,7 +114,7 @@ def test_table_output_labels_the_oracle_privileged(offline_env, tmp_path, capsys
     text = capsys.readouterr().out
     assert rc == 0, text
     lines = text.splitlines()
-    assert lines[0].split() == ["model", *se.METRICS, "rows"]
+    assert lines[0].split() == ["model", *se.METRICS, "rows", "errors"]
     oracle = next(line for line in lines if line.startswith("spectrum/oracle"))
     assert "(privileged)" in oracle and oracle.split()[2] == "1.000"
     assert any(line.startswith("spectrum/carpet-16 ") for line in lines)

