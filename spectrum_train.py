@@ -84,6 +84,7 @@ class TrainConfig:
     threads: int = 0  # torch CPU threads (0: torch's default)
     spectrum_preset: str = "default"
     spectrum_reward: str = "default"
+    spectrum_eval_scans: int = 0  # eval plays the first N scans of each episode (0: all of them)
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -96,8 +97,8 @@ class TrainConfig:
         for name in ("steps", "prompts", "group", "max_tokens", "lora_rank", "gen_batch", "micro_batch"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
-        if self.topk < 0 or self.eval_every < 0 or self.eval_n < 0 or self.eval_max_tokens < 0:
-            raise ValueError("topk, eval_every, eval_n and eval_max_tokens must be >= 0")
+        if min(self.topk, self.eval_every, self.eval_n, self.eval_max_tokens, self.spectrum_eval_scans) < 0:
+            raise ValueError("topk, eval_every, eval_n, eval_max_tokens and spectrum_eval_scans must be >= 0")
         if self.temperature <= 0:
             raise ValueError("temperature must be > 0 (evaluation is greedy regardless)")
 
@@ -428,7 +429,8 @@ class SpectrumTask:
 
     def prompt_template(self) -> str:
         return ("chat template of the model: system = env.system_prompt(), user = scan prompt + "
-                + repr(SPECTRUM_FORMAT) + f"; env {json.dumps(self.env_cfg.to_dict(), sort_keys=True)}")
+                + repr(SPECTRUM_FORMAT) + f"; env {json.dumps(self.env_cfg.to_dict(), sort_keys=True)}; "
+                f"score = mean reward over the first {self.cfg.spectrum_eval_scans or 'all'} scans of each episode")
 
     def parser_rule(self) -> str:
         return "numbers of the last [...] list in the completion -> center_freqs; none -> skipped scan (empty report)"
@@ -450,8 +452,11 @@ class SpectrumTask:
             env.reset(self._seed_for_row(row))
             envs.append(env)
         reports: list[list] = [[] for _ in envs]
-        while not all(e.done for e in envs):
-            live = [i for i, e in enumerate(envs) if not e.done]
+        n_scans = min(self.cfg.spectrum_eval_scans or envs[0].n_scans, envs[0].n_scans) if envs else 0
+        while True:
+            live = [i for i, e in enumerate(envs) if not e.done and e.scan_index < n_scans]
+            if not live:
+                break
             rolls = policy([self.prompt_for(envs[i]) for i in live])
             for i, r in zip(live, rolls):
                 reports[i].append(parse_centres(r.text))
@@ -459,7 +464,9 @@ class SpectrumTask:
         preds = []
         for row, env, rep in zip(self.eval_rows, envs, reports):
             m = env.metrics()
-            preds.append({"id": row, "score": m["score"], "per_scan_reward": m["per_scan_reward"],
+            played = m["per_scan_reward"][:n_scans]
+            preds.append({"id": row, "score": sum(played) / max(len(played), 1), "per_scan_reward": played,
+                          "episode_score": m["score"] if n_scans == env.n_scans else None,
                           "reports": rep, "memory_gain": m["memory_gain"], "faults": m["faults"]})
         return (sum(p["score"] for p in preds) / max(len(preds), 1)), preds
 
@@ -614,7 +621,8 @@ class Trainer:
         self.model.train()
         self.opt.zero_grad(set_to_none=True)
         n_tok = sum(len(r.ids) for r in rolls)
-        tot = {"loss": 0.0, "gap": 0.0, "ent": 0.0, "n": 0, "ratio_dev": 0.0, "n_trained": 0, "w_y": 0.0}
+        tot = {"loss": 0.0, "gap": 0.0, "ent": 0.0, "n": 0, "ratio_dev": 0.0, "n_trained": 0, "w_y": 0.0,
+               "centring_l1": 0.0}
         mb = cfg.micro_batch
         for i in range(0, len(rolls), mb):
             chunk = [r for r in rolls[i:i + mb] if r.ids]
@@ -633,6 +641,7 @@ class Trainer:
                     per_tok = L.token_loss_topk(lp, gen_logq, head_ids, head_logq, tokens, adv, cfg.loss,
                                                 cfg.score_centering)
                     logq_y = gen_logq
+                    cl1 = L.centring_logit_l1(lp, cfg.loss, head_ids=head_ids, head_logq=head_logq)
                 else:
                     if self.sampler is self.model:
                         lq = lp.detach()  # the sampler's teacher-forced pass *is* this one: q = p exactly
@@ -640,8 +649,11 @@ class Trainer:
                         with torch.no_grad():
                             slogp, _, _ = self._teacher_forced(self.sampler, chunk)
                             lq = slogp[cmask]
+                    if cfg.temperature != 1.0:  # q is the tempered distribution the sampler drew from
+                        lq = torch.log_softmax(lq / cfg.temperature, dim=-1)
                     per_tok = L.token_loss_full(lp, lq, tokens, adv, cfg.loss, cfg.score_centering)
                     logq_y = lq.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+                    cl1 = L.centring_logit_l1(lp, cfg.loss, sampler_logp=lq)
                 loss = per_tok.sum() / n_tok
                 loss.backward()
             with torch.no_grad():
@@ -656,6 +668,7 @@ class Trainer:
                     tot["ratio_dev"] += float((ratio - 1).abs().sum())
                     tot["w_y"] += float(L.importance_weight(cfg.loss, ratio).sum())
                     tot["n_trained"] += int(tokens.numel())
+                    tot["centring_l1"] += float(cl1.sum())
             del logp, lp
         grads = [p.grad for p in self.params if p.grad is not None]
         gnorm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads])))\
@@ -671,7 +684,8 @@ class Trainer:
         n, nt = max(tot["n"], 1), tot["n_trained"]
         return {"loss": tot["loss"], "grad_norm": gnorm, "logprob_gap": tot["gap"] / n, "entropy": tot["ent"] / n,
                 "n_tokens": n_tok, "n_trained_tokens": nt,
-                "ratio_dev": tot["ratio_dev"] / nt if nt else None, "mean_w_y": tot["w_y"] / nt if nt else None}
+                "ratio_dev": tot["ratio_dev"] / nt if nt else None, "mean_w_y": tot["w_y"] / nt if nt else None,
+                "centring_l1": tot["centring_l1"] / nt if nt else None}
 
     # ---- evaluation and checkpoints --------------------------------------------------------------
 

@@ -8,7 +8,7 @@ ratio ``r = p/q``, importance weight ``w(r)`` and advantage ``A`` (``sg`` = stop
 
 so the centred gradient is ``-A (w_y grad log p_y - E_{q w}[grad log p])`` (score centring, Marek &
 Ryabinin). Weights: ``pg`` w = 1 (no importance weight), ``tis`` w = min(r, 2), ``mis`` w = r on
-[0.5, 5] else 0, and ``is`` w = r (untruncated; kept for the identity below, not a training arm).
+[0.5, 5] else 0, and ``is`` w = r (untruncated; an arm only to show the identity below).
 
 Identity: with w(r) = r the centring term is ``sum_v q_v (p_v/q_v) grad log p_v = grad sum_v p_v = 0``:
 plain IS and IS + centring have identical gradients. Only truncated/masked or absent weights
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import torch
 
-LOSSES: tuple[str, ...] = ("pg", "tis", "mis")  # training arms; "is" exists for the identity check
+LOSSES: tuple[str, ...] = ("pg", "tis", "mis", "is")  # "is" (w = r) is the identity check: centring is a no-op
 WEIGHTS: tuple[str, ...] = ("pg", "is", "tis", "mis")
 TIS_CAP = 2.0
 MIS_RANGE = (0.5, 5.0)
@@ -110,3 +110,33 @@ def token_mean(per_token: torch.Tensor, mask: torch.Tensor, n_tokens: int | floa
     m = mask.to(per_token.dtype)
     denom = float(n_tokens) if n_tokens is not None else float(m.sum().clamp(min=1.0))
     return (per_token * m).sum() / max(denom, 1.0)
+
+
+def centring_logit_l1(
+    learner_logp: torch.Tensor,  # [N, V]
+    kind: str,
+    sampler_logp: torch.Tensor | None = None,  # [N, V] (full form)
+    head_ids: torch.Tensor | None = None,  # [N, K] (top-k form)
+    head_logq: torch.Tensor | None = None,  # [N, K]
+) -> torch.Tensor:
+    """Size of the centring term per unit advantage: the L1 norm over the vocabulary of its gradient with
+    respect to the logits, ``c - (sum c) p`` with ``c_v = q_v w(r_v)`` (full) or ``residual_v`` on the head
+    (top-k). Zero exactly when centring cannot change the update (w(r) = r, or q = p). Returns [N], no grad.
+    """
+    with torch.no_grad():
+        logp = _f32(learner_logp.detach())
+        p = torch.exp(logp)
+        if head_ids is None:
+            if sampler_logp is None:
+                raise ValueError("give sampler_logp (full form) or head_ids/head_logq (top-k form)")
+            logq = _f32(sampler_logp)
+            c = torch.exp(logq) * importance_weight(kind, torch.exp(logp - logq))
+        else:
+            logq_h = _f32(head_logq)
+            logp_h = logp.gather(-1, head_ids.long())
+            q_h, p_h = torch.exp(logq_h), torch.exp(logp_h)
+            rho = torch.clamp(1.0 - q_h.sum(-1), min=EPS_TAIL) / torch.clamp(1.0 - p_h.sum(-1), min=EPS_TAIL)
+            alpha = rho * importance_weight(kind, 1.0 / rho)
+            res = q_h * importance_weight(kind, torch.exp(logp_h - logq_h)) - alpha.unsqueeze(-1) * p_h
+            c = torch.zeros_like(p).scatter(-1, head_ids.long(), res)
+        return (c - c.sum(-1, keepdim=True) * p).abs().sum(-1)

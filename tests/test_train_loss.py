@@ -207,3 +207,24 @@ def test_float32_inputs_are_accepted():
     theta, logq, tokens, adv = fixture(8, dtype=torch.float32)
     g = grad_full(theta, logq, tokens, adv, "tis", True)
     assert g.dtype == torch.float32 and torch.isfinite(g).all()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_centring_l1_is_the_centring_gradient_size(kind):
+    """centring_logit_l1 = L1 norm (over logits) of (centred - uncentred) gradient per unit advantage;
+    zero for w(r) = r and on-policy."""
+    theta, logq, tokens, adv = fixture(9, V=12, noise=0.6)
+    logp = torch.log_softmax(theta, -1)
+    diff = (grad_full(theta, logq, tokens, adv, kind, True) - grad_full(theta, logq, tokens, adv, kind, False))
+    want = (diff / adv.abs().unsqueeze(-1)).abs().sum(-1)
+    got = L.centring_logit_l1(logp, kind, sampler_logp=logq)
+    torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12)
+    hv, hi = logq.topk(4, -1)
+    diff_k = grad_topk(theta, logq, tokens, adv, kind, True, 4) - grad_topk(theta, logq, tokens, adv, kind, False, 4)
+    got_k = L.centring_logit_l1(logp, kind, head_ids=hi, head_logq=hv)
+    torch.testing.assert_close(got_k, (diff_k / adv.abs().unsqueeze(-1)).abs().sum(-1), rtol=1e-9, atol=1e-12)
+    if kind == "is":
+        assert got.max() < 1e-12 and got_k.max() < 1e-12
+    else:
+        assert got.max() > 1e-3
+    assert L.centring_logit_l1(logp, kind, sampler_logp=logp).max() < 1e-12
