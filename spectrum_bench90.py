@@ -258,6 +258,7 @@ def play_policy(policy: str, system: str, run: int, prompt: str = "weak") -> lis
         _, calls = spectrum_models.decide(policy, [system_msg, {"role": "user", "content": obs["prompt"]}],
                                           env.tools())
         result = env.call_tool(calls[-1]["name"], calls[-1]["arguments"])
+        env.end_model_turn(result.advanced)  # one model turn per scan
         if not result.advanced:
             raise RuntimeError(f"{policy} produced an invalid report: {result.error}")
         obs = env.observation()
@@ -327,7 +328,8 @@ def format_table(result: dict) -> str:
     g = result.get("gain_over_stateless")
     lines += ["", f"mean available-IoU {result['mean_avail']:.4f}  (occupied-IoU {result['mean_occ']:.4f})",
               f"stage means: {st}", f"first10 {result['first10']:.4f}  last10 {result['last10']:.4f}",
-              "gain over stateless: " + ("-" if g is None else f"{g:+.4f} (stateless {result['stateless_mean_avail']:.4f})")]
+              "gain over stateless: "
+              + ("-" if g is None else f"{g:+.4f} (stateless {result['stateless_mean_avail']:.4f})")]
     return "\n".join(lines)
 
 
@@ -366,7 +368,8 @@ def evaluate(model: str, system: str, runs: int, via: str = "auto", prompt: str 
         raise ValueError(f"unknown via {via!r}")
     result = summarize(model, system, [summarize_run(r, recs) for r, recs in enumerate(records)], via)
     # the ICL budget actually applied (the direct path replays the whole history)
-    result["token_budget"] = model_options.get("token_budget", DEFAULT_ICL_TOKEN_BUDGET) if via == "processor" and system == "icl" else None
+    applies = via == "processor" and system == "icl"
+    result["token_budget"] = model_options.get("token_budget", DEFAULT_ICL_TOKEN_BUDGET) if applies else None
     result["prompt"] = prompt
     result["errors"] = errors
     return result
@@ -398,12 +401,14 @@ def bench_rows(model: str, system: str, runs: int, prompt: str = "weak", think: 
 
 
 def run_with_processor(model: str, system: str, runs: int, prompt: str = "weak", *, think: bool = False,
-                       concurrency: int = 5, token_budget: int | None = DEFAULT_ICL_TOKEN_BUDGET, llm_tries: int = 4,
+                       concurrency: int = 5, token_budget: int | None = DEFAULT_ICL_TOKEN_BUDGET,
+                       llm_tries: int = 4,
                        temperature: float | None = None, max_tokens: int | None = None,
-                       extra_params: dict | None = None) -> list[list[dict]]:
+                       extra_params: dict | None = None, progress: Any | None = None) -> list[list[dict]]:
     """Each run as one eval-protocol row through ``spectrum_turn_processor`` (the one dialogue loop); the
-    env's per-scan records of each run. A row that ended in error still has every scan scored (the
-    processor closes the rest as empty reports); its error is raised after all rows finished."""
+    env's per-scan records of each run. ``progress``: a stream for progress lines (None: silent). A row
+    that ended in error still has every scan scored (the processor closes the rest as empty reports); the
+    errors are raised together (:class:`BenchRowError`) after every row finished."""
     _litellm_local_cost_map()
     try:
         from spectrum_turn_processor import SpectrumTurnRolloutProcessor  # noqa: PLC0415
@@ -426,7 +431,8 @@ def run_with_processor(model: str, system: str, runs: int, prompt: str = "weak",
 
     async def go() -> list:
         config = RolloutProcessorConfig(completion_params=params, mcp_config_path="",
-                                        semaphore=asyncio.Semaphore(concurrency), logger=_quiet_logger())
+                                        semaphore=asyncio.Semaphore(concurrency),
+                                        logger=_progress_logger(progress))
         return list(await asyncio.gather(*processor(rows, config)))
 
     done = asyncio.run(go())
@@ -453,18 +459,24 @@ class BenchRowError(RuntimeError):
         self.records = records
 
 
-def _quiet_logger() -> Any:
-    """A ``DatasetLogger`` that stores nothing (eval-protocol's default one writes a local store)."""
+def _progress_logger(stream: Any | None) -> Any:
+    """A ``DatasetLogger`` that stores nothing (eval-protocol's default one writes a local store) and, given
+    a stream, prints a progress line each time the processor logs a row (at the start, every few scans)."""
     from eval_protocol.dataset_logger.dataset_logger import DatasetLogger  # noqa: PLC0415
 
-    class Quiet(DatasetLogger):
+    from spectrum_context_window import is_scan_message  # noqa: PLC0415
+
+    class Progress(DatasetLogger):
         def log(self, row: Any) -> None:
-            pass
+            if stream is not None:
+                shown = sum(1 for m in row.messages if is_scan_message(m))
+                print(f"bench90 {row.input_metadata.row_id}: scan {shown}/{BENCH90.n_scans}", file=stream,
+                      flush=True)
 
         def read(self, row_id: str | None = None) -> list:
             return []
 
-    return Quiet()
+    return Progress()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -496,6 +508,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--temperature", type=float, default=None)
     m.add_argument("--max-tokens", type=int, default=None)
     m.add_argument("--think", action="store_true", help="do not append /no_think to the system prompt")
+    m.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     m.add_argument("--completion-params", default=None, metavar="JSON",
                    help='extra litellm parameters, e.g. \'{"api_base": "http://127.0.0.1:8000/v1"}\'')
     return ap
@@ -516,7 +529,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--completion-params must be a JSON object")
     options = {"think": a.think, "concurrency": a.concurrency, "token_budget": a.token_budget or None,
                "llm_tries": a.llm_tries, "temperature": a.temperature, "max_tokens": a.max_tokens,
-               "extra_params": extra}
+               "extra_params": extra, "progress": None if a.quiet else sys.stderr}
     try:
         stateless = None
         if a.stateless_from and a.system != "stateless":
