@@ -138,3 +138,24 @@ def test_local_server_reports_a_dead_start(tmp_path, offline_env):
     with pytest.raises(spectrum_local.LocalServerError, match="exited with code"):
         with spectrum_local.local_server(model_path=bogus, startup_timeout=120):
             pass
+
+
+def test_serve_local_command_serves_until_terminated(offline_env):
+    """``spectrum-rft serve-local`` prints the completion params, serves, and stops its server on SIGTERM."""
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "spectrum_cli", "serve-local"], cwd=se.ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        params = json.loads(proc.stdout.readline())
+        assert params["tool_choice"] == "auto" and params["model"] == "openai/" + spectrum_local.MODEL_ALIAS
+        assert _answers(params["api_base"] + "/models")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+        assert not _answers(params["api_base"] + "/models"), "serve-local left its server running"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
