@@ -33,6 +33,7 @@ import json
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -222,6 +223,34 @@ def assign_rows(rows: Sequence[dict], specs: Sequence[ModelSpec]) -> dict[str, l
     return by_model
 
 
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def stop_process_group(proc: subprocess.Popen, grace: float = 15.0) -> None:
+    """Stop a child started with ``start_new_session=True`` and everything in its process group:
+    SIGTERM, then SIGKILL after ``grace`` seconds. A no-op when the group is already gone."""
+    pgid = proc.pid
+    if proc.poll() is None or _group_alive(pgid):
+        try:
+            os.killpg(pgid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and (proc.poll() is None or _group_alive(pgid)):
+            time.sleep(0.1)
+        if proc.poll() is None or _group_alive(pgid):
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    proc.wait()
+
+
 def run_models(path: str, specs: Sequence[ModelSpec], dataset: Path, rows: int, *, concurrency: int,
                log_path: Path, timeout: float | None = None, keep_ep_logs: bool = False,
                progress: "Progress | None" = None) -> dict[str, list[dict]]:
@@ -231,8 +260,11 @@ def run_models(path: str, specs: Sequence[ModelSpec], dataset: Path, rows: int, 
     with tempfile.TemporaryDirectory(prefix="spectrum-eval-") as tmp:
         out_dir = Path(tmp)
         cmd = entry_command(path, specs, dataset, rows, out_dir, concurrency)
+        # Its own session: the child and whatever it starts (the MCP server) form one process group,
+        # which is stopped as a whole if anything is left (timeout, Ctrl-C, a child killed mid-run).
         proc = subprocess.Popen(cmd, cwd=ROOT, env=child_env(specs, keep_ep_logs=keep_ep_logs),
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
         chunks: list[str] = []
 
         def pump() -> None:
@@ -260,13 +292,7 @@ def run_models(path: str, specs: Sequence[ModelSpec], dataset: Path, rows: int, 
         except subprocess.TimeoutExpired:
             timed_out, rc = True, None
         finally:
-            if proc.poll() is None:  # timeout, Ctrl-C: never leave the child (and its MCP server) behind
-                proc.terminate()
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            stop_process_group(proc)
             reader.join(timeout=5)
             log_path.write_text("".join(chunks))
         result = load_result_rows(out_dir)

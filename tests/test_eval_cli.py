@@ -181,3 +181,22 @@ def test_plot_uses_no_global_backend(tmp_path):
     assert path.read_bytes()[:8] == PNG_MAGIC
     if before is not None:
         assert matplotlib.get_backend() == before
+
+
+def test_timeout_stops_the_child_and_everything_it_started(offline_env, tmp_path, capsys, monkeypatch):
+    """A run that overruns --timeout is stopped as a whole process group (pytest child + MCP server) and
+    reported as a failure with the child's output."""
+    stopped: list[int] = []
+    real_stop = se.stop_process_group
+
+    def recording_stop(proc, grace=15.0):
+        stopped.append(proc.pid)
+        real_stop(proc, grace)
+
+    monkeypatch.setattr(se, "stop_process_group", recording_stop)
+    rc = se.main(["--path", "mcp", "--model", "accumulate", "--rows", "2", "--timeout", "6", "--out", str(tmp_path),
+                  "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "no result within 6 s" in err
+    assert len(stopped) == 1 and not se._group_alive(stopped[0])
+    assert (tmp_path / "pytest.log").exists()
