@@ -493,18 +493,24 @@ def _parse_param(text: str) -> tuple[str, Any]:
 def build_parser() -> argparse.ArgumentParser:
     from spectrum_adapter import MEMORY_MODES  # noqa: PLC0415
 
-    ap = argparse.ArgumentParser(prog="spectrum-rft eval", description=__doc__.split("\n\n")[0])
+    from spectrum_adapter import PROMPT_VARIANTS  # noqa: PLC0415
+
+    ap = argparse.ArgumentParser(
+        prog="spectrum-rft eval",
+        description="Run the evaluator offline through eval-protocol (the evaluation entries themselves) on "
+                    "baseline policies, a local SmolLM2, or any OpenAI-compatible model; print a table, write "
+                    "rows, a summary and a per-scan plot.")
     ap.add_argument("--path", choices=tuple(ENTRIES), default="turn",
                     help="turn: in-process processor (default); mcp: McpGym server")
     ap.add_argument("--model", action="append", default=None, metavar="M",
                     help="a baseline (memoryless, accumulate, oracle, empty, carpet-K, random-K, or spectrum/<name>), "
                          "'local' (SmolLM2 via llama.cpp, started for the run), or any litellm model (openai/<name> "
                          "with --api-base). Repeatable. Default: the ladder " + ", ".join(DEFAULT_LADDER))
-    ap.add_argument("--rows", type=int, default=16)
+    ap.add_argument("--rows", type=int, default=16, help="dataset rows (bands) per model")
     ap.add_argument("--preset", default="default")
     ap.add_argument("--memory-mode", choices=MEMORY_MODES, default=None,
                     help="default: the prompt's (scaffold for the explicit prompt)")
-    ap.add_argument("--prompt", default="explicit")
+    ap.add_argument("--prompt", choices=PROMPT_VARIANTS, default="explicit", help="system prompt variant")
     ap.add_argument("--reward", default="default")
     ap.add_argument("--max-calls-per-scan", type=int, default=None,
                     help="model calls per scan before it is skipped (the environment's default otherwise)")
