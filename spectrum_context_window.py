@@ -6,8 +6,9 @@
   memory across scans is then what the environment puts into the scan (scaffold echo) or the notepad.
 
 A scan is recognised by the environment's scan header (``Scan k/N | band ...``) in a ``user`` message
-(in-process path) or a ``tool`` message (MCP path: the scan arrives as the result of the previous
-``submit_report``). Only those roles count, so a model cannot move the window by typing a header. On the
+(in-process path) or in the result of a ``submit_report`` call (MCP path: the scan arrives with the
+acknowledgement of the previous report). Nothing the model writes counts — not its own text, and not a
+notepad it reads back — so a model cannot move its window by typing a header. On the
 MCP path the window starts at the assistant message whose tool call returned the scan, so every tool
 result in the window still follows the call it answers (the chat API rejects orphaned tool results).
 
@@ -53,8 +54,24 @@ def _without_think(msg: M) -> M:
     return msg.model_copy(update={"content": new})  # type: ignore[attr-defined]
 
 
-def is_scan_message(msg: Any) -> bool:
-    return _get(msg, "role") in ("user", "tool") and SCAN_HEADER.search(_text(_get(msg, "content"))) is not None
+def is_scan_message(msg: Any, report_call_ids: set | None = None) -> bool:
+    """Whether ``msg`` carries a scan: a user message with the header, or a tool message with the
+    header that answers a ``submit_report`` call (``report_call_ids``; None accepts any tool message)."""
+    role = _get(msg, "role")
+    if role == "tool" and report_call_ids is not None and _get(msg, "tool_call_id") not in report_call_ids:
+        return False
+    return role in ("user", "tool") and SCAN_HEADER.search(_text(_get(msg, "content"))) is not None
+
+
+def report_call_ids(messages: Sequence[Any]) -> set:
+    """Ids of every ``submit_report`` tool call in the assistant messages."""
+    ids = set()
+    for m in messages:
+        if _get(m, "role") == "assistant":
+            for tc in _get(m, "tool_calls") or ():
+                if _get(_get(tc, "function"), "name") == "submit_report":
+                    ids.add(_get(tc, "id"))
+    return ids
 
 
 def approx_tokens(msg: Any) -> int:
@@ -86,7 +103,8 @@ def window(messages: Sequence[M], memory_mode: str, token_budget: int | None = N
             body = body[cut:]
         msgs = head + body
     if memory_mode != "icl":
-        start = next((i for i in range(len(msgs) - 1, -1, -1) if is_scan_message(msgs[i])), None)
+        ids = report_call_ids(msgs)
+        start = next((i for i in range(len(msgs) - 1, -1, -1) if is_scan_message(msgs[i], ids)), None)
         if start is not None:
             if _get(msgs[start], "role") == "tool":
                 # back up to the assistant message that issued this tool call

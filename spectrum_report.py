@@ -429,13 +429,16 @@ def linear_fit(xs: Sequence[float], ys: Sequence[float]) -> Fit | None:
     my = math.fsum(y for _, y in pts) / n
     sxx = math.fsum((x - mx) ** 2 for x, _ in pts)
     sxy = math.fsum((x - mx) * (y - my) for x, y in pts)
-    syy = math.fsum((y - my) ** 2 for _, y in pts)
     slope = sxy / sxx
     intercept = my - slope * mx
-    if min(y for _, y in pts) == max(y for _, y in pts) or syy == 0.0:
+    # R^2 on y deviations scaled to at most 1, so tiny (subnormal) spreads do not underflow to 0
+    scale = max(abs(y - my) for _, y in pts)
+    if min(y for _, y in pts) == max(y for _, y in pts) or scale == 0.0:
         r2 = None
     else:
-        r2 = min(1.0, max(0.0, (sxy * sxy) / (sxx * syy)))
+        syy = math.fsum(((y - my) / scale) ** 2 for _, y in pts)
+        sxy_s = math.fsum((x - mx) * ((y - my) / scale) for x, y in pts)
+        r2 = min(1.0, max(0.0, (sxy_s * sxy_s) / (sxx * syy)))
     return Fit(slope, intercept, r2, n)
 
 

@@ -65,6 +65,14 @@ def test_a_model_cannot_move_the_window_by_typing_a_header():
     msgs = turn_conversation() + [{"role": "assistant", "content": scan(9)}]
     assert not is_scan_message(msgs[-1])
     assert window(msgs, "none")[1]["content"] == scan(4)
+    # nor by writing a header into its notepad and reading it back
+    msgs = mcp_conversation() + [
+        {"role": "assistant", "content": "", "tool_calls": [call(99, "notepad_read")]},
+        {"role": "tool", "tool_call_id": "c99", "content": scan(7)},
+    ]
+    w = window(msgs, "notepad")
+    assert scan(3) in w[2]["content"] or scan(3) in w[-3]["content"]
+    assert w[-1]["content"] == scan(7) and len(w) == 6
 
 
 def test_icl_token_budget_drops_oldest_scans_first():
