@@ -96,18 +96,20 @@ def test_local_server_answers_and_is_openai_compatible(server):
     assert spectrum_local.MODEL_ALIAS in ids
 
 
-def test_turn_path_with_smollm2(server, tmp_path):
-    """``openai/<name>`` + ``--api-base`` + ``--tool-choice auto`` through the in-process entry."""
-    model = server["model"]
-    rc = se.main(["--model", model, "--api-base", server["api_base"], "--tool-choice", "auto",
-                  "--param", f"max_tokens={server['max_tokens']}", "--param", "temperature=0",
-                  "--rows", str(ROWS), "--max-calls-per-scan", "1", "--out", str(tmp_path), "--json",
-                  "--no-progress"])
+def test_turn_path_with_smollm2_started_by_eval(offline_env, tmp_path):
+    """``--model local``: eval starts the server for the run and stops it; the in-process entry drives it."""
+    rc = se.main(["--model", "local", "--rows", str(ROWS), "--max-calls-per-scan", "1",
+                  "--out", str(tmp_path), "--json", "--no-progress"])
     assert rc == 0, (tmp_path / "pytest.log").read_text()[-3000:]
     rows = _check_rows(tmp_path, "turn")
     # scans arrive as user messages on this path
     assert sum(1 for m in rows[0].messages if m.role == "user" and str(m.content).startswith("Scan ")) == N_SCANS
-    assert rows[0].input_metadata.completion_params["model"] == model
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    (label, s), = summary["models"].items()
+    assert label == f"local ({spectrum_local.MODEL_ALIAS})"
+    assert s["completion_params"]["tool_choice"] == "auto" and s["rows"] == ROWS
+    assert rows[0].input_metadata.completion_params["model"] == "openai/" + spectrum_local.MODEL_ALIAS
+    assert not _answers(s["completion_params"]["api_base"] + "/models"), "eval left the local server running"
 
 
 @pytest.mark.xfail(
@@ -115,20 +117,19 @@ def test_turn_path_with_smollm2(server, tmp_path):
     reason="spectrum_mcp_processor forwards eval-protocol's assistant messages with content null, which "
            "llama-cpp-python rejects (HTTP 500, retried, then the rollout errors); sending \"\" with the "
            "tool_calls (EVAL_PROTOCOL_NOTES.md, Offline) makes this pass. Strict: remove the mark with the fix.")
-def test_mcp_path_with_smollm2_started_by_eval(offline_env, tmp_path):
-    """``--model local``: eval starts the server for the run and stops it; the McpGym entry drives it."""
-    rc = se.main(["--path", "mcp", "--model", "local", "--rows", str(ROWS), "--max-calls-per-scan", "1",
-                  "--out", str(tmp_path), "--json", "--no-progress"])
+def test_mcp_path_with_smollm2(server, tmp_path):
+    """``openai/<name>`` + ``--api-base`` + ``--tool-choice auto`` (any OpenAI-compatible server) through
+    the McpGym entry."""
+    model = server["model"]
+    rc = se.main(["--path", "mcp", "--model", model, "--api-base", server["api_base"], "--tool-choice", "auto",
+                  "--param", f"max_tokens={server['max_tokens']}", "--param", "temperature=0",
+                  "--rows", str(ROWS), "--max-calls-per-scan", "1", "--out", str(tmp_path), "--json",
+                  "--no-progress"])
     assert rc == 0, (tmp_path / "pytest.log").read_text()[-3000:]
     rows = _check_rows(tmp_path, "mcp")
     # scans arrive as tool results on this path
     assert any(m.role == "tool" and "Scan 2/12" in str(m.content) for m in rows[0].messages)
-    summary = json.loads((tmp_path / "summary.json").read_text())
-    (label, s), = summary["models"].items()
-    assert label == f"local ({spectrum_local.MODEL_ALIAS})"
-    assert s["completion_params"]["tool_choice"] == "auto" and s["rows"] == ROWS
-    api_base = s["completion_params"]["api_base"]
-    assert not _answers(api_base + "/models"), "eval left the local server running"
+    assert rows[0].input_metadata.completion_params["model"] == model
 
 
 def test_local_server_reports_a_dead_start(tmp_path, offline_env):
