@@ -25,6 +25,7 @@ import argparse
 import copy
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -167,7 +168,7 @@ def resolve_model_dir(spec: str, cache_dir: str | Path) -> tuple[Path, dict]:
         raise RuntimeError(f"GGUF state dict does not fit the rebuilt model: missing {missing[:5]}, "
                            f"unexpected {unexpected[:5]}")
     plain.tie_weights()
-    tmp = out.with_name(out.name + ".tmp")
+    tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")  # concurrent first runs do not share a folder
     tmp.mkdir(parents=True, exist_ok=True)
     plain.save_pretrained(tmp)
     tok.save_pretrained(tmp)
@@ -740,7 +741,8 @@ class Trainer:
     def run(self) -> Path:
         cfg = self.cfg
         evaluator = self.write_header()
-        if cfg.eval_at_start and cfg.eval_every:
+        evals = bool(cfg.eval_every and cfg.eval_n)
+        if cfg.eval_at_start and evals:
             self.evaluate(0, evaluator)
         bar = None
         if cfg.progress:
@@ -780,11 +782,11 @@ class Trainer:
                 bar.set_postfix(reward=f"{rec['mean_reward']:.3f}", loss=f"{rec['loss']:.4f}",
                                 gnorm=f"{rec['grad_norm']:.3g}", s=f"{dt:.1f}")
                 bar.update(1)
-            if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.steps):
+            if evals and (step % cfg.eval_every == 0 or step == cfg.steps):
                 self.evaluate(step, evaluator)
         if bar is not None:
             bar.close()
-        if not cfg.eval_every:
+        if not evals:
             self.model.save_pretrained(self.out / "checkpoints" / f"step_{cfg.steps:04d}")
         return self.out
 

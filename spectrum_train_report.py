@@ -269,8 +269,12 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
         ba, ta = summary["arms"][b], summary["arms"][t]
+        trained = [m.get("n_trained_tokens") for r in scored if r.arm in (b, t) for m in r.metrics]
         if issues:
             v, why = "not comparable", "; ".join(issues)
+        elif trained and all(n == 0 for n in trained):
+            v, why = "inconclusive", ("no learning signal: every advantage was zero at every step of both arms "
+                                      "(no group had differing rewards), so neither policy ever changed")
         else:
             v, why = verdict(ba, ta)
         notes = []

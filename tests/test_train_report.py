@@ -76,3 +76,13 @@ def test_missing_predictions_are_flagged(tmp_path, capsys):
 
 def test_not_a_run_dir(tmp_path, capsys):
     assert R.main([str(tmp_path), "--no-plots"]) == 2
+
+
+def test_no_learning_signal_is_inconclusive(tmp_path, capsys):
+    runs = [make_run(tmp_path, "b", "pg", 0, [0.0, 0.0]), make_run(tmp_path, "t", "pg+sc", 0, [0.0, 0.0])]
+    for r in runs:
+        lines = [dict(json.loads(x), n_trained_tokens=0, grad_norm=0.0)
+                 for x in (r / "metrics.jsonl").read_text().splitlines()]
+        (r / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in lines))
+    assert R.main([str(r) for r in runs] + ["--no-plots"]) == 0
+    assert "INCONCLUSIVE (no learning signal" in capsys.readouterr().out
