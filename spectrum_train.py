@@ -611,8 +611,9 @@ class Trainer:
         logp = torch.log_softmax(res.logits[:, :-1, :].float(), dim=-1)
         return logp, comp, cmask.bool()
 
-    def learn(self, rolls: list[Rollout]) -> dict:
+    def learn(self, rolls: list[Rollout], apply: bool = True) -> dict:
         """One optimiser step on a batch of scored rollouts (token-mean loss over the whole batch).
+        ``apply=False`` only computes the gradient and leaves it in ``p.grad`` (for probes and tests).
 
         A micro-batch whose advantages are all zero contributes exactly zero gradient under every loss,
         so it gets a no-grad forward only (for the logged signals) and no backward."""
@@ -679,14 +680,17 @@ class Trainer:
         for p in self.params:  # a zero gradient still steps Adam (momentum), as the card's loop does
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
+        n, nt = max(tot["n"], 1), tot["n_trained"]
+        stats = {"loss": tot["loss"], "grad_norm": gnorm, "logprob_gap": tot["gap"] / n, "entropy": tot["ent"] / n,
+                 "n_tokens": n_tok, "n_trained_tokens": nt,
+                 "ratio_dev": tot["ratio_dev"] / nt if nt else None, "mean_w_y": tot["w_y"] / nt if nt else None,
+                 "centring_l1": tot["centring_l1"] / nt if nt else None}
+        if not apply:
+            return stats
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         self.sync_sampler()
-        n, nt = max(tot["n"], 1), tot["n_trained"]
-        return {"loss": tot["loss"], "grad_norm": gnorm, "logprob_gap": tot["gap"] / n, "entropy": tot["ent"] / n,
-                "n_tokens": n_tok, "n_trained_tokens": nt,
-                "ratio_dev": tot["ratio_dev"] / nt if nt else None, "mean_w_y": tot["w_y"] / nt if nt else None,
-                "centring_l1": tot["centring_l1"] / nt if nt else None}
+        return stats
 
     # ---- evaluation and checkpoints --------------------------------------------------------------
 
