@@ -442,6 +442,11 @@ def _near(sorted_xs: list[float], x: float, tol: float) -> bool:
     return i < len(sorted_xs) and sorted_xs[i] <= x + tol
 
 
+EXTRA_SUBMIT = ("Error: this scan was already reported by an earlier submit_report in this message; "
+                "this call was ignored.")
+AFTER_END = "Error: all scans are recorded; this call was ignored."
+
+
 @dataclass(slots=True)
 class ToolResult:
     """What a tool call did. ``content`` is the text for the model; the rest is structured data."""
@@ -469,6 +474,8 @@ class _State:
     seen: set[int] = field(default_factory=set)  # transmitters detected in an earlier scan
     prev_report: list[float] = field(default_factory=list)
     calls_this_scan: int = 0
+    turn_open: bool = False  # a transport announced a model turn (begin_model_turn) not yet ended
+    reported_this_turn: bool = False  # a submit_report of the open model turn scored the scan
     notepad: str = ""
     faults: dict[str, int] = field(default_factory=dict)
     scramble: np.random.Generator | None = None
@@ -531,8 +538,19 @@ class SpectrumEnv:
     # ---- tools (the one implementation both rollout paths call) ----------------------------------
 
     def call_tool(self, name: str, arguments: Any) -> ToolResult:
-        """Run one tool call from the model. Never raises for bad model input."""
-        s = self._require_open()
+        """Run one tool call from the model. Never raises for bad model input.
+
+        Within one model turn (from :meth:`begin_model_turn` to :meth:`end_model_turn`) only the first
+        scored ``submit_report`` counts: a further one gets an error and never lands on the next scan.
+        Calls after the last scan get an error too. Both are counted as faults."""
+        s = self._require()._s
+        assert s is not None
+        if self.done:
+            self._fault("call_after_end")
+            return ToolResult(AFTER_END, ok=False, error="episode over")
+        if name == "submit_report" and s.turn_open and s.reported_this_turn:
+            self._fault("extra_submit")
+            return ToolResult(EXTRA_SUBMIT, ok=False, error="extra submit_report")
         if name == "submit_report":
             if isinstance(arguments, (str, bytes)):
                 try:
@@ -553,6 +571,7 @@ class SpectrumEnv:
                                                                    done=self.done).strip()
             if note is not None and not note.ok:
                 text += f" (notepad not updated: {note.error})"
+            s.reported_this_turn = True
             return ToolResult(text, ok=True, advanced=True, reward=reward)
         if name in ("notepad_read", "notepad_write"):
             if self.config.memory_mode != "notepad":
@@ -591,13 +610,28 @@ class SpectrumEnv:
         s.notepad = text
         return ToolResult(f"Notepad saved ({len(text)}/{cap} characters).", ok=True)
 
-    def end_model_turn(self, advanced: bool) -> bool:
-        """Count one model call against the open scan's budget. After ``max_calls_per_scan`` calls without
-        a scored report the scan is skipped. Returns True when this forced the scan to advance."""
+    @property
+    def turn_open(self) -> bool:
+        return self._s is not None and self._s.turn_open
+
+    def begin_model_turn(self) -> None:
+        """A model reply is about to be executed: its tool calls form one turn (see :meth:`call_tool`)."""
+        s = self._require()._s
+        assert s is not None
+        s.turn_open, s.reported_this_turn = True, False
+
+    def end_model_turn(self, advanced: bool | None = None) -> bool:
+        """Close one model call (a turn): count it against the open scan's budget unless one of its
+        ``submit_report`` calls scored the scan (``advanced``; by default the env's own record). After
+        ``max_calls_per_scan`` calls without a scored report the scan is skipped. Returns True when this
+        forced the scan to advance."""
         s = self._s
-        if s is None or self.done or advanced:
-            if s is not None:
-                s.calls_this_scan = 0
+        if s is None:
+            return False
+        advanced = s.reported_this_turn or bool(advanced)
+        s.turn_open, s.reported_this_turn = False, False
+        if self.done or advanced:
+            s.calls_this_scan = 0
             return False
         s.calls_this_scan += 1
         if s.calls_this_scan >= self.config.max_calls_per_scan:

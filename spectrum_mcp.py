@@ -51,7 +51,6 @@ from eval_protocol.mcp import McpGym
 from eval_protocol.mcp.adapter import EnvironmentAdapter
 
 from spectrum_adapter import EnvConfig, SpectrumEnv, env_for_row, tool_schemas
-from spectrum_turn_processor import AFTER_END, EXTRA_SUBMIT
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +88,6 @@ class Rollout:
     session_id: str  # eval-protocol's session id (shared by the GRPO candidates of a row)
     control: dict = field(default_factory=lambda: {"reward": 0.0, "terminated": False, "truncated": False,
                                                    "step_count": 0, "total_reward": 0.0})
-    turn_advanced: bool = False  # a call of the current model turn scored the scan
     finished: str | None = None  # reason, once finish() closed the episode early
 
     def result(self) -> dict:
@@ -181,30 +179,22 @@ class SpectrumMcp(McpGym):
         turn_end = True
         if meta_in is not None:
             turn_end = bool((getattr(meta_in, "model_extra", None) or {}).get(TURN_END_KEY, True))
-        if env.done:  # the same rules (and texts) as the in-process path
-            env.record_fault("call_after_end")
-            text, reward, res_ok, advanced, error = AFTER_END, 0.0, False, False, "episode over"
-        elif r.turn_advanced and name == "submit_report":
-            env.record_fault("extra_submit")
-            text, reward, res_ok, advanced, error = EXTRA_SUBMIT, 0.0, False, False, "extra submit_report"
-            if turn_end:
-                r.turn_advanced = False
-        else:
-            n_before = len(env.scan_records())
-            res = env.call_tool(name, arguments)
-            r.turn_advanced |= res.advanced
-            forced = env.end_model_turn(r.turn_advanced) if turn_end else False
-            if turn_end:
-                r.turn_advanced = False
-            records = env.scan_records()
-            reward = float(sum(rec["reward"] for rec in records[n_before:]))
-            text = res.content
-            if forced:  # the call budget closed the scan (never together with a scored report)
-                text += (f"\nScan {len(records)} closed without a valid report (call budget used up); "
-                         "it is scored as an empty report.")
-            if not env.done and (res.advanced or forced):
-                text += "\n\n" + env.observation()["prompt"]
-            res_ok, advanced, error = res.ok, res.advanced or forced, res.error
+        # the env applies the extra-submit and after-the-end rules, as on the in-process path; a call
+        # after the last one of a turn (turn_end) opens the next turn
+        if not env.turn_open:
+            env.begin_model_turn()
+        n_before = len(env.scan_records())
+        res = env.call_tool(name, arguments)
+        forced = env.end_model_turn() if turn_end else False
+        records = env.scan_records()
+        reward = float(sum(rec["reward"] for rec in records[n_before:]))
+        text = res.content
+        if forced:  # the call budget closed the scan (never together with a scored report)
+            text += (f"\nScan {len(records)} closed without a valid report (call budget used up); "
+                     "it is scored as an empty report.")
+        if not env.done and (res.advanced or forced):
+            text += "\n\n" + env.observation()["prompt"]
+        res_ok, advanced, error = res.ok, res.advanced or forced, res.error
         c = r.control
         c.update(reward=reward, terminated=env.done, step_count=c["step_count"] + 1,
                  total_reward=c["total_reward"] + reward)

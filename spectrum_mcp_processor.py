@@ -249,6 +249,10 @@ class SpectrumPolicy(LiteLLMPolicy):
         spec = _ROW.get()
         if spec is not None:
             messages = window(messages, spec.memory_mode)
+        # eval-protocol sends earlier assistant turns with ``content: null``; some OpenAI-compatible
+        # servers (llama.cpp's) reject that, and "" means the same
+        messages = [{**m, "content": ""} if isinstance(m, dict) and m.get("role") == "assistant"
+                    and m.get("content") is None else m for m in messages]
         self.llm_calls += 1
         return await super()._make_llm_call(messages, tools)
 
@@ -352,10 +356,10 @@ class SpectrumMcpRolloutProcessor(MCPGymRolloutProcessor):
         port = kw.get("port") or None
         script = config.server_script_path or SERVER_SCRIPT
         self.server_mode = mode
-        if not kw.get("start_server", True):  # a server that is already running on ``port``
-            if not port:
-                raise ValueError("start_server=False needs the port of the running server")
+        if not kw.get("start_server", True) and port:  # a server that is already running on ``port``
             return SpectrumServer(script, int(port))
+        # start_server=False without a port is eval-protocol retrying a failed rollout: reuse ours
+        # (started again if it died)
         if mode == "shared":
             key = (str(Path(script).resolve()), port)
             with _SHARED_LOCK:

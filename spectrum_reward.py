@@ -158,22 +158,9 @@ def check_reward(name: str) -> str:
 
 
 def report_intervals(centres: Sequence[float], widths: Sequence[float], band: Interval) -> list[Interval]:
-    """``regions`` + ``clip`` + ``merge`` in one pass (the hot path of scoring a report)."""
+    """``regions`` clipped to the band and merged (the hot path of scoring a report)."""
     blo, bhi = band
-    out: list[list[float]] = []
-    for lo, hi in sorted([(c - 0.5 * w, c + 0.5 * w) for c, w in zip(centres, widths)]):
-        if lo < blo:
-            lo = blo
-        if hi > bhi:
-            hi = bhi
-        if hi <= lo:
-            continue
-        if out and lo <= out[-1][1]:
-            if hi > out[-1][1]:
-                out[-1][1] = hi
-        else:
-            out.append([lo, hi])
-    return [(a, b) for a, b in out]
+    return merge([(max(c - 0.5 * w, blo), min(c + 0.5 * w, bhi)) for c, w in zip(centres, widths)])
 
 
 def coverage(intervals: Sequence[Interval], merged: Sequence[Interval]) -> list[float]:

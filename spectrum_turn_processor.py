@@ -53,7 +53,7 @@ from eval_protocol.models import EvaluationRow, Message, Status
 from eval_protocol.pytest.rollout_processor import RolloutProcessor
 from eval_protocol.pytest.types import RolloutProcessorConfig
 
-from spectrum_adapter import SpectrumEnv, ToolResult, env_for_row
+from spectrum_adapter import EXTRA_SUBMIT, SpectrumEnv, env_for_row  # noqa: F401 (EXTRA_SUBMIT re-exported)
 from spectrum_context_window import is_scan_message, window
 
 try:  # eval-protocol >= 0.3.2x; the cloud has run 0.3.23
@@ -69,9 +69,6 @@ except ImportError:  # pragma: no cover - older eval-protocol
         return completion_params
 
 NUDGE = "No tool call received. Call submit_report with the centre frequencies of all occupied regions."
-EXTRA_SUBMIT = ("Error: this scan was already reported by an earlier submit_report in this message; "
-                "this call was ignored.")
-AFTER_END = "Error: all scans are recorded; this call was ignored."
 
 # Keys that callers put into completion params for other transports but litellm must not forward.
 _NOT_FOR_LITELLM = ("use_caching",)
@@ -266,7 +263,7 @@ class SpectrumTurnRolloutProcessor(RolloutProcessor):
             stats.extras[len(transcript)] = reply.extra
             transcript.append(reply.message)
             advanced = self._run_tools(env, reply.message.get("tool_calls") or (), transcript, stats)
-            forced = env.end_model_turn(advanced)
+            forced = env.end_model_turn()
             if not advanced and not forced and not reply.message.get("tool_calls"):
                 transcript.append({"role": "user", "content": NUDGE})
 
@@ -275,18 +272,13 @@ class SpectrumTurnRolloutProcessor(RolloutProcessor):
         """Execute one message's tool calls in order; append one tool result per call. True when a valid
         report closed the open scan."""
         advanced = False
-        for tc in tool_calls:
+        if not env.done:
+            env.begin_model_turn()  # this message's calls are one turn: one scored report at most
+        for tc in tool_calls:  # the env applies the extra-submit and after-the-end rules
             fn = tc["function"]
             name = fn.get("name")
-            if env.done:
-                env.record_fault("call_after_end")
-                res = ToolResult(AFTER_END, ok=False, error="episode over")
-            elif advanced and name == "submit_report":
-                env.record_fault("extra_submit")
-                res = ToolResult(EXTRA_SUBMIT, ok=False, error="extra submit_report")
-            else:
-                res = env.call_tool(name if isinstance(name, str) else "", fn.get("arguments"))
-                advanced = advanced or res.advanced
+            res = env.call_tool(name if isinstance(name, str) else "", fn.get("arguments"))
+            advanced = advanced or res.advanced
             stats.extras[len(transcript)] = {"name": name if isinstance(name, str) else None,
                                              "control_plane_step": {"reward": res.reward, "advanced": res.advanced,
                                                                     "ok": res.ok, "error": res.error}}

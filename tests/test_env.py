@@ -330,3 +330,20 @@ def test_parse_report_accepts_exactly_the_finite_in_band_lists(xs):
         assert not ok
     else:
         assert ok and cs == xs and ws == [8.0] * len(xs)
+
+
+def test_one_scored_report_per_model_turn_and_nothing_after_the_end():
+    env = SpectrumEnv(EnvConfig(preset="seed"))
+    env.reset(8)
+    env.begin_model_turn()
+    assert env.call_tool("submit_report", {"center_freqs": [10.0]}).advanced
+    second = env.call_tool("submit_report", {"center_freqs": [20.0]})
+    assert not second.advanced and "already reported" in second.content and env.scan_index == 1
+    assert env.end_model_turn() is False  # the turn scored: no budget used
+    # without announced turns (a plain loop over the env) every valid report advances
+    assert env.call_tool("submit_report", {"center_freqs": [10.0]}).advanced
+    assert env.call_tool("submit_report", {"center_freqs": [10.0]}).advanced
+    env.finish()
+    after = env.call_tool("submit_report", {"center_freqs": [10.0]})
+    assert not after.ok and "all scans are recorded" in after.content
+    assert env.metrics()["faults"]["extra_submit"] == 1 and env.metrics()["faults"]["call_after_end"] == 1

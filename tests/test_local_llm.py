@@ -112,11 +112,6 @@ def test_turn_path_with_smollm2_started_by_eval(offline_env, tmp_path):
     assert not _answers(s["completion_params"]["api_base"] + "/models"), "eval left the local server running"
 
 
-@pytest.mark.xfail(
-    strict=True, raises=AssertionError,
-    reason="spectrum_mcp_processor forwards eval-protocol's assistant messages with content null, which "
-           "llama-cpp-python rejects (HTTP 500, retried, then the rollout errors); sending \"\" with the "
-           "tool_calls (EVAL_PROTOCOL_NOTES.md, Offline) makes this pass. Strict: remove the mark with the fix.")
 def test_mcp_path_with_smollm2(server, tmp_path):
     """``openai/<name>`` + ``--api-base`` + ``--tool-choice auto`` (any OpenAI-compatible server) through
     the McpGym entry."""
