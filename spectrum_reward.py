@@ -68,13 +68,16 @@ def total(merged: Sequence[Interval]) -> float:
 def intersection(a: Sequence[Interval], b: Sequence[Interval]) -> float:
     """Length of the intersection of two merged lists (two-pointer sweep)."""
     i = j = 0
+    na, nb = len(a), len(b)
     acc = 0.0
-    while i < len(a) and j < len(b):
-        lo = a[i][0] if a[i][0] > b[j][0] else b[j][0]
-        hi = a[i][1] if a[i][1] < b[j][1] else b[j][1]
+    while i < na and j < nb:
+        alo, ahi = a[i]
+        blo, bhi = b[j]
+        lo = alo if alo > blo else blo
+        hi = ahi if ahi < bhi else bhi
         if hi > lo:
             acc += hi - lo
-        if a[i][1] < b[j][1]:
+        if ahi < bhi:
             i += 1
         else:
             j += 1
