@@ -95,9 +95,8 @@ def decide(policy_name: str, messages: list, tools: list | None) -> tuple[str, l
             return "", [{"name": "notepad_read", "arguments": {}}]
         notepad_text = str(_get(reads[-1], "content") or "")
     elif _has_notepad_update(tools):
-        m = _NOTEPAD.search(current_text := str(_get(messages[last_idx], "content") or ""))
+        m = _NOTEPAD.search(str(_get(messages[last_idx], "content") or ""))
         notepad_text = m.group(1) if m and not m.group(1).startswith("(") else ""
-        del current_text
 
     history = [p for _, p in scans]
     if policy_name == "oracle":
