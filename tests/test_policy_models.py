@@ -50,7 +50,7 @@ def test_notepad_mode_reads_then_writes_and_reports():
     assert [c[0] for c in calls] == ["notepad_write", "submit_report"]
     for remembered in (77.0, 301.5):  # kept (possibly averaged with a nearby fresh peak)
         assert any(abs(c - remembered) <= 4.0 for c in calls[1][1]["center_freqs"])
-    assert "77.0" in calls[0][1]["text"]
+    assert calls[0][1]["text"] == ", ".join(f"{c:.1f}" for c in calls[1][1]["center_freqs"])
 
 
 def test_icl_notepad_fills_notepad_update_and_an_acknowledged_scan_gets_text():
