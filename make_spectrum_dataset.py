@@ -21,7 +21,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
 from spectrum_adapter import MEMORY_MODES, PRESETS, PROMPT_VARIANTS, EnvConfig, env_for_row, row_seed
 from spectrum_policies import register_truth

@@ -126,7 +126,7 @@ def project(tmp_path: Path) -> Path:
     (p / "requirements.txt").write_text("eval-protocol\n")
     (p / "test_spectrum_turn.py").write_text("def test_spectrum_turn():\n    pass\n")
     (p / "spectrum_templates" / "scan.j2").write_text("scan\n")
-    (p / ".env").write_text(f"OPENAI_API_KEY=sk-should-never-ship\nexport OTHER_SECRET=zzz\n")
+    (p / ".env").write_text("OPENAI_API_KEY=sk-should-never-ship\nexport OTHER_SECRET=zzz\n")
     (p / ".gitignore").write_text("out/\n/local_only.txt\n")
     (p / "local_only.txt").write_text("ignored\n")
     (p / "__pycache__").mkdir()

@@ -22,7 +22,6 @@ from eval_protocol.dataset_logger.dataset_logger import DatasetLogger  # noqa: E
 from eval_protocol.models import EvaluationRow, Status  # noqa: E402
 from eval_protocol.pytest.types import RolloutProcessorConfig  # noqa: E402
 
-import spectrum_reward as sr  # noqa: E402
 from loopback_llm import (LoopbackLLM, calls_this_scan, chat_response, ok, policy_responder,  # noqa: E402
                           scan_number, sequence, tool_call)
 from make_spectrum_dataset import dataset_adapter, make_rows  # noqa: E402
