@@ -33,12 +33,7 @@ GOAL_ROLLOUTS_PER_S = 5 * ORIGINAL_ROLLOUTS_PER_S
 GOAL_CPU_MS_PER_SCAN = 20.0
 
 
-def _proc_cpu_s(pid: int) -> float | None:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return None
+from bench_turn import _proc_cpu_s  # noqa: E402  (one implementation: CPU seconds of another process)
 
 
 def _vm_hwm_mb(pid: int) -> float | None:
