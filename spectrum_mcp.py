@@ -217,8 +217,13 @@ class SpectrumMcp(McpGym):
         schemas["submit_report"]["description"] += (
             " notepad_update is only used in the icl_notepad memory mode.")
 
+        # ``raw_arguments`` (not in the schema the model sees): the client's processor forwards tool-call
+        # arguments that are not a JSON object as they were written, so the env answers with its own
+        # "not valid JSON" error and counts the fault, instead of the rollout dying in eval-protocol.
         def submit_report(ctx: Context, center_freqs: Any = None, bandwidths: Any = None,
-                          notepad_update: Any = None) -> CallToolResult:
+                          notepad_update: Any = None, raw_arguments: Any = None) -> CallToolResult:
+            if raw_arguments is not None:
+                return self._step(ctx, "submit_report", str(raw_arguments))
             args: dict[str, Any] = {}
             for k, v in (("center_freqs", center_freqs), ("bandwidths", bandwidths),
                          ("notepad_update", notepad_update)):
@@ -226,10 +231,12 @@ class SpectrumMcp(McpGym):
                     args[k] = v
             return self._step(ctx, "submit_report", args)
 
-        def notepad_read(ctx: Context) -> CallToolResult:
+        def notepad_read(ctx: Context, raw_arguments: Any = None) -> CallToolResult:
             return self._step(ctx, "notepad_read", {})
 
-        def notepad_write(ctx: Context, text: Any = None) -> CallToolResult:
+        def notepad_write(ctx: Context, text: Any = None, raw_arguments: Any = None) -> CallToolResult:
+            if raw_arguments is not None:
+                return self._step(ctx, "notepad_write", str(raw_arguments))
             return self._step(ctx, "notepad_write", {} if text is None else {"text": text})
 
         notepad_note = " Only available in the notepad memory mode."

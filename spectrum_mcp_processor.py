@@ -224,6 +224,7 @@ class SpectrumPolicy(LiteLLMPolicy):
         self._sessions = sessions
         self.last_calls: dict[int, MCPToolCall] = {}
         self.llm_calls = 0  # model calls made (for tests and benches)
+        self.malformed_tool_calls = 0  # tool calls whose arguments were not a JSON object
 
     async def __call__(self, tool_schemas: list, env_index: int, conversation_history: list):
         last = conversation_history[-1] if conversation_history else {}
@@ -254,7 +255,21 @@ class SpectrumPolicy(LiteLLMPolicy):
         messages = [{**m, "content": ""} if isinstance(m, dict) and m.get("role") == "assistant"
                     and m.get("content") is None else m for m in messages]
         self.llm_calls += 1
-        return await super()._make_llm_call(messages, tools)
+        response = await super()._make_llm_call(messages, tools)
+        # eval-protocol json.loads every tool call's arguments and a rollout dies on malformed ones: forward
+        # those as written instead, for the env to refuse with a clear error (spectrum_mcp: raw_arguments)
+        for choice in response.get("choices") or []:
+            for tc in (choice.get("message") or {}).get("tool_calls") or []:
+                fn = tc.get("function") or {}
+                raw = fn.get("arguments")
+                try:
+                    ok = isinstance(json.loads(raw), dict) if isinstance(raw, str) else isinstance(raw, dict)
+                except (ValueError, RecursionError):
+                    ok = False
+                if not ok:
+                    fn["arguments"] = json.dumps({"raw_arguments": str(raw)[:4000]})
+                    self.malformed_tool_calls += 1
+        return response
 
 
 # --------------------------------------------------------------------------------------------------

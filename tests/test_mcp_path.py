@@ -311,3 +311,23 @@ def test_call_budget_counts_model_calls_not_tool_calls(mcp_server, llm):
     assert s["scans_skipped"] == 0 and s["scans_completed"] == N_SCANS  # 1 model call < budget of 4
     (turn,) = run_turn(dataset_adapter(make_rows(1, prefix="budget")), llm.completion_params())
     assert spectrum(turn)["per_scan_reward"] == pytest.approx(s["per_scan_reward"])
+
+
+def test_malformed_tool_call_json_is_refused_by_the_env_and_the_rollout_goes_on(mcp_server, llm):
+    """eval-protocol json.loads tool-call arguments and would kill the rollout; our processor forwards them
+    as written and the env answers "not valid JSON", counting the fault (the in-process path first retries
+    the model call, then does the same)."""
+    honest = policy_responder("accumulate")
+
+    def respond(req):
+        if scan_number(req) == 3 and calls_this_scan(req) == 0:
+            return ok(chat_response("", [tool_call("submit_report", '{"center_freqs": [100.0, ')]))
+        return honest(req)
+
+    llm.responder = respond
+    (row,), processor = run_mcp(mcp_server, dataset_adapter(make_rows(1, prefix="badjson")), llm.completion_params())
+    assert row.rollout_status.is_finished(), row.rollout_status
+    s = spectrum(row)
+    assert s["faults"].get("invalid_report") == 1 and processor.last_policy.malformed_tool_calls == 1
+    assert s["scans_completed"] == N_SCANS and s["scans_skipped"] == 0
+    assert any(m.role == "tool" and "not valid JSON" in str(m.content) for m in row.messages)
