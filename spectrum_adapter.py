@@ -488,6 +488,7 @@ class SpectrumEnv:
         self.config = config or EnvConfig()
         self.preset = get_preset(self.config.preset)
         self._s: _State | None = None
+        self._echo: list[float] | None = None  # the memory echo shown with the open scan
         self._static_tail = _templates().get_template("scan.j2").render(
             mode="tail", echo=None, notepad=None, max_regions=self.preset.max_regions).strip()
 
