@@ -294,7 +294,7 @@ def test_cli_refuses_bad_input(capsys):
 
 
 def test_dispatcher_and_wrapper():
-    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    env = dict(os.environ)  # offline settings: conftest
     p = subprocess.run([sys.executable, "-m", "spectrum_cli", "bench90", "--model", "spectrum/oracle", "--runs", "1",
                         "--json"], cwd=ROOT, env=env, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr

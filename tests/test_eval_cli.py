@@ -14,17 +14,14 @@ from eval_protocol.models import EvaluationRow
 
 import spectrum_eval as se
 
-OFFLINE = {"EP_NO_UPLOAD": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "EP_DISABLE_AUTO_BROWSER": "1",
-           "OPENAI_API_KEY": "dummy"}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture(scope="module")
-def offline_env():
+def offline_env(offline_env):
+    """The session's offline settings (conftest) plus a dummy key for OpenAI-compatible endpoints."""
     with pytest.MonkeyPatch.context() as mp:
-        for k, v in OFFLINE.items():
-            mp.setenv(k, v)
-        mp.delenv("FIREWORKS_API_KEY", raising=False)
+        mp.setenv("OPENAI_API_KEY", "dummy")
         yield
 
 

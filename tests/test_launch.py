@@ -140,10 +140,7 @@ def env(monkeypatch):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("FIREWORKS_API_KEY", FAKE_KEY)
     monkeypatch.setenv("FIREWORKS_ACCOUNT_ID", ACCOUNT)
-    monkeypatch.setenv("EP_NO_UPLOAD", "1")
-    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    monkeypatch.setenv("EP_DISABLE_AUTO_BROWSER", "1")
-    return monkeypatch
+    return monkeypatch  # the offline settings come from conftest
 
 
 def _argv(server, project: Path, tmp_path: Path, *extra: str) -> list[str]:

@@ -28,7 +28,6 @@ import spectrum_local  # noqa: E402
 
 ROWS = 2
 N_SCANS = 12
-OFFLINE = {"EP_NO_UPLOAD": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "EP_DISABLE_AUTO_BROWSER": "1"}
 
 
 def _answers(url: str) -> bool:
@@ -40,12 +39,10 @@ def _answers(url: str) -> bool:
 
 
 @pytest.fixture(scope="module")
-def offline_env():
+def offline_env(offline_env):
+    """The session's offline settings (conftest), without an OpenAI key: local_server must provide it."""
     with pytest.MonkeyPatch.context() as mp:
-        for k, v in OFFLINE.items():
-            mp.setenv(k, v)
-        mp.delenv("FIREWORKS_API_KEY", raising=False)
-        mp.delenv("OPENAI_API_KEY", raising=False)  # local_server must provide it for the block
+        mp.delenv("OPENAI_API_KEY", raising=False)
         yield
 
 

@@ -32,24 +32,17 @@ from spectrum_turn_processor import SpectrumTurnRolloutProcessor  # noqa: E402
 
 N_SCANS = 12
 STEPS = 144
-_OFFLINE = {"EP_NO_UPLOAD": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "EP_DISABLE_AUTO_BROWSER": "1",
-            "OPENAI_API_KEY": "dummy"}
 
 
 @pytest.fixture(autouse=True)
-def _offline(monkeypatch):
-    for k, v in _OFFLINE.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.delenv("FIREWORKS_API_KEY", raising=False)
+def _openai_key(monkeypatch):  # the loopback model is an OpenAI-compatible endpoint (offline: conftest)
+    monkeypatch.setenv("OPENAI_API_KEY", "dummy")
 
 
 @pytest.fixture(scope="module")
 def mcp_server():
     """One real server for the module, on a free port; always stopped."""
-    with pytest.MonkeyPatch.context() as mp:
-        for k, v in _OFFLINE.items():
-            mp.setenv(k, v)
-        server = smp.SpectrumServer().start()
+    server = smp.SpectrumServer().start()  # inherits the session's offline settings (conftest)
     try:
         yield server
     finally:

@@ -207,11 +207,7 @@ def test_eval_protocol_experiment_jsonl(runs, tmp_path, capsys, monkeypatch):
     from eval_protocol.models import EvaluationRow
     from eval_protocol.pytest.handle_persist_flow import handle_persist_flow
 
-    monkeypatch.setenv("EP_NO_UPLOAD", "1")
-    monkeypatch.setenv("EP_DISABLE_AUTO_BROWSER", "1")
-    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    monkeypatch.setenv("EP_OUTPUT_DIR", str(tmp_path))
-    monkeypatch.delenv("FIREWORKS_API_KEY", raising=False)
+    monkeypatch.setenv("EP_OUTPUT_DIR", str(tmp_path))  # offline settings: conftest
     rows = [EvaluationRow.model_validate(json.loads(x)) for x in runs["weak"].read_text().splitlines()]
     for r in rows:
         r.execution_metadata.experiment_id = "exp-a"
@@ -450,7 +446,8 @@ def test_affine_and_permutation_invariance(xs, data, scale, shift, sign):
     base = rp.linear_fit(xs, ys)
     moved = rp.linear_fit(xs, [sign * scale * y + shift for y in ys])
     assert moved.slope == pytest.approx(sign * scale * base.slope, rel=1e-6, abs=1e-6)
-    if base.r2 is not None and moved.r2 is not None:
+    # R^2 is invariant only while the shift's rounding (~1e-16 x |shift|) is negligible next to the spread
+    if base.r2 is not None and moved.r2 is not None and scale * np.ptp(ys) > 1e-9 * (abs(shift) + 1):
         assert moved.r2 == pytest.approx(base.r2, abs=1e-6)
     perm = data.draw(st.permutations(list(range(len(xs)))))
     shuffled = rp.linear_fit([xs[i] for i in perm], [ys[i] for i in perm])
@@ -480,8 +477,7 @@ def test_report_on_the_turn_entry(tmp_path, capsys):
     write_jsonl(ds, [to_evaluation_row_dict(r) for r in make_rows(2, prompt="explicit", memory_mode="scaffold",
                                                                     epochs=3)])
     out_dir = tmp_path / "ep"
-    env = {**os.environ, "EP_NO_UPLOAD": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-           "EP_DISABLE_AUTO_BROWSER": "1", "HOME": str(tmp_path / "home")}
+    env = {**os.environ, "HOME": str(tmp_path / "home")}  # offline settings inherited (conftest)
     for k in ("FIREWORKS_API_KEY", "DISABLE_EP_SQLITE_LOG", "EP_OUTPUT_DIR", "EP_JSONL_PATH"):
         env.pop(k, None)
     proc = subprocess.run(

@@ -34,13 +34,9 @@ N_SCANS = 12
 
 @pytest.fixture(scope="module", autouse=True)
 def _offline():
-    """Offline settings for this module (scripts/test.sh exports the same; litellm reads
-    LITELLM_LOCAL_MODEL_COST_MAP at import, so only the shell can make that one take effect)."""
+    """A dummy key for the loopback OpenAI-compatible server (the offline settings: conftest)."""
     with pytest.MonkeyPatch.context() as mp:
-        for k, v in {"EP_NO_UPLOAD": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "EP_DISABLE_AUTO_BROWSER": "1",
-                     "OPENAI_API_KEY": "dummy"}.items():
-            mp.setenv(k, v)
-        mp.delenv("FIREWORKS_API_KEY", raising=False)
+        mp.setenv("OPENAI_API_KEY", "dummy")
         yield
 
 
