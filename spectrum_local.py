@@ -104,7 +104,8 @@ def _ready(url: str) -> bool:
         return False
 
 
-def _stop(proc: subprocess.Popen, grace: float = 10.0) -> None:
+def stop_process(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    """Terminate, then kill after ``grace`` seconds."""
     if proc.poll() is not None:
         return
     proc.terminate()
@@ -156,7 +157,7 @@ def local_server(*, host: str = "127.0.0.1", port: int | None = None, n_ctx: int
     finally:
         if key_before is None:
             os.environ.pop("OPENAI_API_KEY", None)
-        _stop(proc)
+        stop_process(proc)
         if own_log:
             log.unlink(missing_ok=True)
 

@@ -61,7 +61,9 @@ from eval_protocol.pytest.utils import normalize_fireworks_model_for_litellm
 from eval_protocol.types import MCPToolCall
 
 from spectrum_adapter import row_config, tool_schemas
+import spectrum_models
 from spectrum_context_window import window
+from spectrum_local import stop_process  # stdlib only
 
 # Kept in sync with spectrum_mcp (imported lazily there: the server module is heavier than needed here).
 META_KEY = "spectrum"
@@ -322,12 +324,7 @@ class SpectrumServer:
         p, self.process = self.process, None
         if p is None:
             return
-        p.terminate()
-        try:
-            p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+        stop_process(p, grace=timeout)
         if not keep_log:
             self.log_path.unlink(missing_ok=True)
 
@@ -389,6 +386,8 @@ class SpectrumMcpRolloutProcessor(MCPGymRolloutProcessor):
     def __call__(self, rows: list[EvaluationRow], config: RolloutProcessorConfig) -> list[asyncio.Task[EvaluationRow]]:
         server = self._server(config)
         completion_params = normalize_fireworks_model_for_litellm(config.completion_params) or {}
+        if spectrum_models.is_policy_model(completion_params.get("model")):  # a scripted baseline as a model
+            spectrum_models.register()
         for row in rows:
             row.input_metadata.completion_params = completion_params
         specs = [row_spec(r) for r in rows]

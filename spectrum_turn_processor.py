@@ -53,7 +53,8 @@ from eval_protocol.models import EvaluationRow, Message, Status
 from eval_protocol.pytest.rollout_processor import RolloutProcessor
 from eval_protocol.pytest.types import RolloutProcessorConfig
 
-from spectrum_adapter import EXTRA_SUBMIT, SpectrumEnv, env_for_row  # noqa: F401 (EXTRA_SUBMIT re-exported)
+import spectrum_models
+from spectrum_adapter import SpectrumEnv, env_for_row
 from spectrum_context_window import is_scan_message, window
 
 try:  # eval-protocol >= 0.3.2x; the cloud has run 0.3.23
@@ -182,9 +183,7 @@ class SpectrumTurnRolloutProcessor(RolloutProcessor):
             raise ValueError("completion_params must name a model")
         for k in _NOT_FOR_LITELLM:
             params.pop(k, None)
-        if str(model).startswith("spectrum/"):  # the scripted baselines served as litellm models
-            import spectrum_models  # noqa: PLC0415
-
+        if spectrum_models.is_policy_model(model):  # the scripted baselines served as litellm models
             spectrum_models.register()
         params["cache"] = {"no-cache": True}
         params.setdefault("max_retries", 0)  # the OpenAI client would retry twice on its own

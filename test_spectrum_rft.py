@@ -11,7 +11,6 @@ datasets with ``--ep-jsonl-path``. Same ``EvaluateResult`` as ``test_spectrum_tu
 
 from pathlib import Path
 
-import spectrum_models
 from eval_protocol.models import EvaluationRow
 from eval_protocol.pytest import evaluation_test
 
@@ -23,8 +22,6 @@ DATASET = Path(__file__).resolve().parent / "data" / "spectrum_default16.jsonl"
 # Tool calls per rollout: 12 scans x (up to 4 model calls per scan, a notepad read + write + report each),
 # so the env's own call budget, not eval-protocol's step cap, decides when a scan is given up.
 STEPS = 12 * 4 * 3
-
-spectrum_models.register()  # makes the offline default model (a scripted baseline) known to litellm
 
 
 @evaluation_test(

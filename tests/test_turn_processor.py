@@ -27,7 +27,8 @@ from loopback_llm import (LoopbackLLM, calls_this_scan, chat_response, ok, polic
 from make_spectrum_dataset import dataset_adapter, make_rows  # noqa: E402
 from spectrum_adapter import env_for_row  # noqa: E402
 from spectrum_eval_result import evaluate_row  # noqa: E402
-from spectrum_turn_processor import EXTRA_SUBMIT, NUDGE, SpectrumTurnRolloutProcessor, _Stats  # noqa: E402
+from spectrum_adapter import EXTRA_SUBMIT  # noqa: E402
+from spectrum_turn_processor import NUDGE, SpectrumTurnRolloutProcessor, _Stats  # noqa: E402
 
 N_SCANS = 12
 
