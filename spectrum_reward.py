@@ -17,7 +17,6 @@ Rewards are a family, selected by name (``REWARDS``):
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -186,24 +185,6 @@ def coverage(intervals: Sequence[Interval], merged: Sequence[Interval]) -> list[
             j += 1
         out.append(acc / (hi - lo) if hi > lo else 0.0)
     return out
-
-
-def covered_fraction(interval: Interval, merged: Sequence[Interval], starts: Sequence[float] | None = None) -> float:
-    """Fraction of ``interval`` covered by a merged list (``starts``: its region starts, for bisect)."""
-    lo, hi = interval
-    if hi <= lo:
-        return 0.0
-    if starts is None:
-        starts = [a for a, _ in merged]
-    i = max(0, bisect_right(starts, lo) - 1)
-    acc = 0.0
-    while i < len(merged) and merged[i][0] < hi:
-        a, b = merged[i]
-        a, b = (a if a > lo else lo), (b if b < hi else hi)
-        if b > a:
-            acc += b - a
-        i += 1
-    return acc / (hi - lo)
 
 
 # --------------------------------------------------------------------------------------------------
