@@ -32,7 +32,7 @@ import litellm
 from litellm import CustomLLM, ModelResponse
 
 import spectrum_policies as sp
-from spectrum_context_window import is_scan_message
+from spectrum_context_window import is_scan_message, report_call_ids
 
 PROVIDER = "spectrum"
 _NUM = re.compile(r"-?\d+(?:\.\d+)?")
@@ -68,8 +68,9 @@ def _centres_from_text(text: str) -> list[float]:
 def decide(policy_name: str, messages: list, tools: list | None) -> tuple[str, list[dict]]:
     """What the named policy answers to ``messages``: (text, tool calls as (name, arguments) dicts)."""
     scans: list[tuple[int, sp.ParsedScan]] = []
+    ids = report_call_ids(messages)  # the window's rule: only submit_report results carry scans
     for i, m in enumerate(messages):
-        if is_scan_message(m):
+        if is_scan_message(m, ids):
             parsed = sp.parse_scan(m["content"] if isinstance(m.get("content"), str) else "")
             if parsed is not None:
                 scans.append((i, parsed))
