@@ -61,7 +61,10 @@ def evaluate_row(row: EvaluationRow) -> EvaluationRow:
 
     Input contract (both rollout paths fill it): reads only
 
-    * ``row.rollout_status``: an error status gives a valid zero score whose reason is the error;
+    * ``row.rollout_status``: an error status gives a valid zero score whose reason is the error (for a
+      model that never produced a usable reply: ``"rollout error: model never produced a usable reply:
+      <cause> ..."``, and ``extra["spectrum_rollout"]["model_failure"]`` becomes the ``model_failure``
+      metric, its dict in ``data``);
     * ``row.execution_metadata.extra["spectrum"]``: a dict with every metric of ``SpectrumEnv.metrics()``
       (``score`` is the configured reward averaged over all scans, skipped scans included;
       ``per_scan_reward``: one float per scan) plus ``scan_records``: ``SpectrumEnv.scan_records()``.
@@ -78,6 +81,11 @@ def evaluate_row(row: EvaluationRow) -> EvaluationRow:
     if status is not None and status.is_error():
         metrics = {k: _metric(k, v) for k, v in spectrum.items() if k != "scan_records"} \
             if isinstance(spectrum, dict) else {}
+        rollout = extra.get("spectrum_rollout") if isinstance(extra, dict) else None
+        failure = rollout.get("model_failure") if isinstance(rollout, dict) else None
+        if isinstance(failure, dict):
+            metrics["model_failure"] = MetricResult(score=0.0, is_score_valid=False, data=dict(failure),
+                                                    reason=f"model never produced a usable reply: {failure.get('cause')}")
         row.evaluation_result = EvaluateResult(score=0.0, is_score_valid=True, metrics=metrics,
                                                reason=f"rollout error: {status.message}")
         return row

@@ -16,7 +16,15 @@ subclassed, per processor call, never patched process-wide:
 * :class:`SpectrumPolicy` (a ``LiteLLMPolicy``): per row, the model sees the ICL-off window of
   :func:`spectrum_context_window.window` and the row's own tool schemas (``SpectrumEnv.tools()``); no
   model call is made after the episode has ended (eval-protocol's loop makes one more); response
-  caching is off unless asked for (GRPO candidates would otherwise get identical answers).
+  caching is off unless asked for (GRPO candidates would otherwise get identical answers). Model calls are
+  retried here (``llm_tries``, ``backoff_base``, ``backoff_max``, ``request_timeout``: as on the in-process
+  path; processor arguments or ``rollout_processor_kwargs``), every HTTP request counted, instead of
+  litellm's 8 silent retries. When every try of a model call failed the episode ends there (the server
+  scores the remaining scans as skipped, ``skip_llm_failure``) instead of an exception that eval-protocol
+  would retry three times; a rollout whose model never produced one usable reply becomes an error row
+  (:func:`spectrum_turn_processor.mark_model_failure`, the cause from the same
+  :func:`spectrum_turn_processor.failure_cause`). Tool-call arguments are kept in the row as
+  :func:`spectrum_turn_processor.stored_arguments` bounds them (the server judged the real ones).
 
 The server (``spectrum_server.py``) is started with this Python (``sys.executable``), on 127.0.0.1, on a
 free port unless ``port`` is given, logging to a temp file, and exits on its own if this process dies.
@@ -64,6 +72,8 @@ from spectrum_adapter import row_config, tool_schemas
 import spectrum_models
 from spectrum_context_window import window
 from spectrum_local import stop_process  # stdlib only
+from spectrum_turn_processor import (backoff_delay, endpoint_of, failure_cause, failure_detail, mark_model_failure,
+                                     stored_arguments)
 
 # Kept in sync with spectrum_mcp (imported lazily there: the server module is heavier than needed here).
 META_KEY = "spectrum"
@@ -90,7 +100,22 @@ def row_spec(row: EvaluationRow) -> RowSpec:
     return RowSpec(cfg.memory_mode, tool_schemas(cfg.memory_mode, cfg.preset))
 
 
+@dataclass
+class ModelCalls:
+    """One rollout's model requests: usable replies, HTTP requests, the last failure."""
+
+    usable: int = 0
+    requests: int = 0
+    cause: str | None = None
+    detail: str = ""
+
+
+class _ModelGaveUp(Exception):
+    """Every try of one model call failed (the cause is in the rollout's :class:`ModelCalls`)."""
+
+
 _ROW: contextvars.ContextVar[RowSpec | None] = contextvars.ContextVar("spectrum_row", default=None)
+_CALLS: contextvars.ContextVar[ModelCalls | None] = contextvars.ContextVar("spectrum_calls", default=None)
 
 
 def _text_of(result: Any) -> str:
@@ -219,13 +244,20 @@ class SpectrumVectorEnv(GeneralMCPVectorEnv):
 class SpectrumPolicy(LiteLLMPolicy):
     """``LiteLLMPolicy`` with the row's window and tools, and no model call after the episode."""
 
-    def __init__(self, specs: list[RowSpec], sessions: list, **kwargs: Any):
+    def __init__(self, specs: list[RowSpec], sessions: list, *, llm_tries: int = 4, backoff_base: float = 1.0,
+                 backoff_max: float = 16.0, **kwargs: Any):
+        if llm_tries < 1:
+            raise ValueError("llm_tries must be >= 1")
         kwargs.setdefault("use_caching", False)
+        kwargs["num_retries"] = 0  # retried (and counted) in _make_llm_call
+        kwargs.setdefault("max_retries", 0)  # the OpenAI client would retry twice on its own
         super().__init__(**kwargs)
         self._specs = specs
         self._sessions = sessions
+        self.llm_tries, self.backoff_base, self.backoff_max = llm_tries, backoff_base, backoff_max
         self.last_calls: dict[int, MCPToolCall] = {}
-        self.llm_calls = 0  # model calls made (for tests and benches)
+        self.model_calls: dict[int, ModelCalls] = {}  # env index -> its rollout's model requests
+        self.llm_calls = 0  # HTTP requests made to the model (for tests and benches)
         self.malformed_tool_calls = 0  # tool calls whose arguments were not a JSON object
 
     async def __call__(self, tool_schemas: list, env_index: int, conversation_history: list):
@@ -234,9 +266,14 @@ class SpectrumPolicy(LiteLLMPolicy):
             # eval-protocol asks for one more reply after the env ended the episode: nothing to ask.
             return [MCPToolCall("_no_tool_call", {"reason": "episode_over"})], None, "control_plane_signal"
         token = _ROW.set(self._specs[env_index])
+        calls_token = _CALLS.set(self.model_calls.setdefault(env_index, ModelCalls()))
         try:
             calls, usage, finish = await super().__call__(tool_schemas, env_index, conversation_history)
+        except _ModelGaveUp:  # end the episode here: the server scores the remaining scans as skipped
+            self._sessions[env_index].spectrum_end_reason = "llm_failure"
+            return [MCPToolCall("_no_tool_call", {"reason": "llm_failure"})], None, "control_plane_signal"
         finally:
+            _CALLS.reset(calls_token)
             _ROW.reset(token)
         if calls and calls[0].tool_name == "_no_tool_call":
             self._sessions[env_index].spectrum_end_reason = "no_tool_call"
@@ -256,8 +293,27 @@ class SpectrumPolicy(LiteLLMPolicy):
         # servers (llama.cpp's) reject that, and "" means the same
         messages = [{**m, "content": ""} if isinstance(m, dict) and m.get("role") == "assistant"
                     and m.get("content") is None else m for m in messages]
-        self.llm_calls += 1
-        response = await super()._make_llm_call(messages, tools)
+        stats = _CALLS.get() or ModelCalls()
+        response = None
+        for attempt in range(self.llm_tries):
+            if attempt:
+                await asyncio.sleep(backoff_delay(attempt, self.backoff_base, self.backoff_max))
+            self.llm_calls += 1
+            stats.requests += 1
+            try:
+                response = await super()._make_llm_call(messages, tools)
+                break
+            except asyncio.CancelledError:
+                raise
+            except IndexError:  # eval-protocol's LiteLLMPolicy reads choices[0]: a reply without choices
+                stats.cause, stats.detail = "empty reply", "HTTP 200 without a choice"
+            except Exception as e:  # noqa: BLE001  (classified; the episode ends after the last try)
+                stats.cause, stats.detail = failure_cause(e), failure_detail(e)
+                if stats.cause == "bad request":  # the same request fails the same way
+                    break
+        if response is None:
+            raise _ModelGaveUp(stats.cause)
+        stats.usable += 1
         # eval-protocol json.loads every tool call's arguments and a rollout dies on malformed ones: forward
         # those as written instead, for the env to refuse with a clear error (spectrum_mcp: raw_arguments)
         for choice in response.get("choices") or []:
@@ -272,6 +328,26 @@ class SpectrumPolicy(LiteLLMPolicy):
                     fn["arguments"] = json.dumps({"raw_arguments": str(raw)[:4000]})
                     self.malformed_tool_calls += 1
         return response
+
+    def add_tool_response(self, env_index: int, tool_call: MCPToolCall, tool_response: Any,
+                          conversation_history: list, reward: float = 0.0, terminated: bool = False,
+                          info: dict | None = None) -> None:
+        """After the server judged a call: its arguments stay in the history (the row, later requests) and in
+        eval-protocol's step log (``tool_call.arguments``) only as :func:`stored_arguments` bounds them."""
+        refused = bool(((info or {}).get("control_plane") or {}).get("error"))
+        for m in reversed(conversation_history):
+            if m.get("role") != "assistant":
+                continue
+            for tc in m.get("tool_calls") or []:
+                fn = tc.get("function") or {}
+                if tc.get("id") == tool_call.tool_call_id and isinstance(fn.get("arguments"), str):
+                    kept = stored_arguments(fn["arguments"], refused)
+                    if kept is not fn["arguments"]:
+                        fn["arguments"] = kept
+                        tool_call.arguments = json.loads(kept)
+            break
+        super().add_tool_response(env_index, tool_call, tool_response, conversation_history, reward, terminated,
+                                  info)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -357,10 +433,14 @@ class SpectrumMcpRolloutProcessor(MCPGymRolloutProcessor):
     """See the module docstring. Rows end up with ``execution_metadata.extra["spectrum"]`` = the env's
     metrics (``per_scan_reward``, ``scan_records``...) as reported by the server."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, llm_tries: int = 4, backoff_base: float = 1.0, backoff_max: float = 16.0,
+                 request_timeout: float = 180.0) -> None:
         super().__init__()
         self.spectrum_server: SpectrumServer | None = None
         self.last_policy: SpectrumPolicy | None = None
+        # model-call retries, as on the in-process path; ``rollout_processor_kwargs`` may override them
+        self.llm_settings = {"llm_tries": llm_tries, "backoff_base": backoff_base, "backoff_max": backoff_max,
+                             "request_timeout": request_timeout}
 
     def _server(self, config: RolloutProcessorConfig) -> SpectrumServer:
         kw = dict(config.kwargs or {})
@@ -393,9 +473,12 @@ class SpectrumMcpRolloutProcessor(MCPGymRolloutProcessor):
         specs = [row_spec(r) for r in rows]
         params = {k: v for k, v in completion_params.items() if k not in ("model", "temperature", "max_tokens",
                                                                            "extra_body")}
+        kw = config.kwargs or {}
+        llm = {k: kw.get(k, v) for k, v in self.llm_settings.items()}
+        params.setdefault("timeout", llm.pop("request_timeout"))
         base = ep.make(server.base_url, evaluation_rows=rows, model_id=str(completion_params.get("model")))
         policy = SpectrumPolicy(
-            specs, base.sessions,
+            specs, base.sessions, **llm,
             model_id=str(completion_params.get("model") or "gpt-4o-mini"),
             temperature=completion_params.get("temperature", 0.0),
             max_tokens=completion_params.get("max_tokens", 4096),
@@ -409,11 +492,16 @@ class SpectrumMcpRolloutProcessor(MCPGymRolloutProcessor):
         async def finish(i: int, task: asyncio.Task) -> EvaluationRow:
             row = await task
             result = getattr(envs.sessions[i], "spectrum_result", None)
+            calls = policy.model_calls.get(i) or ModelCalls()
             extra = dict(row.execution_metadata.extra or {})
             if result is not None:
                 extra["spectrum"] = result
+            extra["spectrum_rollout"] = {"transport": "mcp", "model_calls": calls.usable,
+                                         "llm_requests": calls.requests}
             row.execution_metadata.extra = extra
             row.tools = specs[i].tools
+            if calls.usable == 0 and calls.cause is not None:
+                mark_model_failure(row, calls.cause, calls.requests, calls.detail, endpoint_of(completion_params))
             return row
 
         return [asyncio.create_task(finish(i, t)) for i, t in enumerate(inner)]

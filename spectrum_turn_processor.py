@@ -20,10 +20,20 @@ Decisions (the issue is the spec; these fill its gaps):
   report (``env.skip("llm_failure")``): the rollout goes on and every scan stays scored. Unparseable
   arguments on the *last* try are kept instead: the model gets an error result naming the problem and
   the call counts against its budget (no scan is thrown away over JSON the env can explain).
+* **A model that never answered** (every try of the rollout's first model call failed) is not a model
+  that reported nothing: the remaining scans are closed as skipped (``env.finish("llm_failure")``, so the
+  env's record stays complete) and the row ends as an *error* (:func:`mark_model_failure`: the cause in
+  the status message and in ``extra["spectrum_rollout"]["model_failure"]``). Set, never raised, so
+  eval-protocol does not retry the rollout three times. Both rollout paths classify a failed request with
+  the one :func:`failure_cause`.
 * **Request errors** (HTTP 401/403/404, and 400/413/422 before any successful model call of the rollout)
-  are configuration, not model behaviour: the row ends with an error status (not raised, so eval-protocol
-  does not retry a bad parameter three times). A 400 later in a rollout (a transcript a provider refuses,
-  a context overflow) force-advances that scan like any other failure.
+  are configuration, not model behaviour: the row ends with an error status (cause ``"bad request"``),
+  not retried. A 401/403/404 later in a rollout ends it with an error status too; a 400 later in a
+  rollout (a transcript a provider refuses, a context overflow) force-advances that scan like any other
+  failure.
+* **Huge tool-call arguments** are executed as sent (the env judges them), but the row and the
+  transcript keep only a bounded preview of arguments that were refused and longer than
+  ``ARGS_PREVIEW_CHARS``, or longer than ``ARGS_MAX_CHARS`` in any case (:func:`stored_arguments`).
 * **Tool calls of one message** run in order. After the first valid ``submit_report`` a further
   ``submit_report`` in the same message gets an error result and is ignored (it never lands on the next
   scan); notepad calls still run while the episode is open. Every call gets a tool result.
@@ -48,7 +58,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import litellm
+import openai
 from eval_protocol.models import EvaluationRow, Message, Status
 from eval_protocol.pytest.rollout_processor import RolloutProcessor
 from eval_protocol.pytest.types import RolloutProcessorConfig
@@ -97,20 +109,27 @@ class _Stats:
     completion_tokens: int = 0
     finish_reason: str | None = None
     ok_calls: int = 0  # successful completions (for the bad-request rule)
+    cause: str | None = None  # the last failed request: failure_cause(...) and failure_detail(...)
+    detail: str = ""
     extras: dict[int, dict] = field(default_factory=dict)  # transcript index -> row-only message fields
 
 
-def _fault_kind(exc: BaseException) -> str:
-    if isinstance(exc, (litellm.Timeout, asyncio.TimeoutError, TimeoutError)):
-        return "llm_timeout"
-    status = getattr(exc, "status_code", None)
-    if isinstance(status, int) and status >= 500:
-        return "llm_5xx"
-    if status == 429:
-        return "llm_rate_limited"
-    if isinstance(exc, litellm.APIConnectionError):
-        return "llm_connection"
-    return "llm_error"
+# ---- failed model requests: one classification and one error-row contract for both rollout paths ----
+
+MODEL_FAILURE = "model never produced a usable reply"  # the error message of such a row starts with this
+FAILURE_CAUSES = ("connection refused", "http 5xx", "timeout", "rate limited", "empty reply", "bad request", "error")
+_FAULT_OF_CAUSE = {"connection refused": "llm_connection", "http 5xx": "llm_5xx", "timeout": "llm_timeout",
+                   "rate limited": "llm_rate_limited", "empty reply": "llm_empty_choices",
+                   "bad request": "llm_bad_request", "error": "llm_error"}
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    out: list[BaseException] = []
+    e: BaseException | None = exc
+    while e is not None and len(out) < 12 and e not in out:
+        out.append(e)
+        e = e.__cause__ or e.__context__
+    return out
 
 
 def _is_config_error(exc: BaseException) -> bool:
@@ -122,6 +141,93 @@ def _is_config_error(exc: BaseException) -> bool:
         return True
     text = str(exc)
     return "Missing credentials" in text or "api_key client option must be set" in text
+
+
+def failure_cause(exc: BaseException) -> str:
+    """Why a model request failed: one of :data:`FAILURE_CAUSES`. Looks through the exception chain,
+    because litellm reports a refused or dropped connection and an unparseable body as HTTP 500."""
+    chain = _chain(exc)
+    if any(isinstance(e, ConnectionRefusedError) or "Connection refused" in str(e) or "Connect call failed" in str(e)
+           for e in chain):
+        return "connection refused"
+    if any(isinstance(e, (litellm.Timeout, openai.APITimeoutError, httpx.TimeoutException, asyncio.TimeoutError,
+                          TimeoutError)) for e in chain):
+        return "timeout"
+    if _is_config_error(exc):
+        return "bad request"
+    if any(isinstance(e, (openai.APIConnectionError, httpx.TransportError, ValueError)) for e in chain):
+        return "error"  # a dropped connection, a body that is not JSON: no real HTTP status
+    status = getattr(exc, "status_code", None)
+    if status == 429:
+        return "rate limited"
+    if isinstance(status, int) and status >= 500:
+        return "http 5xx"
+    if isinstance(status, int) and 400 <= status < 500:
+        return "bad request"
+    return "error"
+
+
+def failure_detail(exc: BaseException, limit: int = 300) -> str:
+    """A short, single-line description of a failed request (its type, HTTP status, text)."""
+    status = getattr(exc, "status_code", None)
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}{f' (HTTP {status})' if isinstance(status, int) else ''}: {text}"[:limit]
+
+
+def _fault_kind(exc: BaseException) -> str:
+    return _FAULT_OF_CAUSE[failure_cause(exc)]
+
+
+def backoff_delay(attempt: int, base: float, cap: float) -> float:
+    """Sleep before retry ``attempt`` (1-based): uniform in ``[0, min(cap, base * 2**(attempt-1))]``."""
+    return random.uniform(0.0, min(cap, base * 2 ** (attempt - 1)))
+
+
+def endpoint_of(params: dict | None) -> str:
+    """Where the model requests went, for messages: the api_base, else the model name."""
+    params = params or {}
+    base = params.get("api_base") or params.get("base_url")
+    model = params.get("model")
+    return f"{base} (model {model})" if base else f"model {model}"
+
+
+def mark_model_failure(row: EvaluationRow, cause: str, requests: int, detail: str, endpoint: str) -> None:
+    """Make ``row`` the error row of a rollout whose model never produced a usable reply (the contract read by
+    ``spectrum-rft eval`` and :func:`spectrum_eval_result.evaluate_row`):
+
+    * ``row.rollout_status = Status.rollout_error("model never produced a usable reply: <cause> (...)")``;
+    * ``row.execution_metadata.extra["spectrum_rollout"]["model_failure"] = {"cause", "requests", "detail"}``
+      with ``cause`` one of :data:`FAILURE_CAUSES`.
+
+    ``extra["spectrum"]`` (the env's record) is left as it is."""
+    if cause not in FAILURE_CAUSES:
+        cause = "error"
+    detail = " ".join(str(detail).split())[:300]
+    row.rollout_status = Status.rollout_error(
+        f"{MODEL_FAILURE}: {cause} ({requests} request{'s' if requests != 1 else ''} to {endpoint}); "
+        f"last error: {detail}")
+    extra = dict(row.execution_metadata.extra or {})
+    extra["spectrum_rollout"] = {**(extra.get("spectrum_rollout") or {}),
+                                 "model_failure": {"cause": cause, "requests": int(requests), "detail": detail}}
+    row.execution_metadata.extra = extra
+
+
+# ---- tool-call arguments kept in rows ------------------------------------------------------------------
+
+ARGS_PREVIEW_CHARS = 2000  # what a row keeps of refused arguments longer than this
+ARGS_MAX_CHARS = 64 * 1024  # and of any arguments longer than this
+
+
+def stored_arguments(arguments: str, refused: bool) -> str:
+    """The tool-call arguments a row (and the transcript shown to the model later) keeps: as sent, unless
+    they were refused and longer than :data:`ARGS_PREVIEW_CHARS`, or longer than :data:`ARGS_MAX_CHARS`;
+    then a JSON object with their first ``ARGS_PREVIEW_CHARS`` characters and their full length. The env
+    has already judged the real arguments."""
+    if not isinstance(arguments, str) or len(arguments) <= (ARGS_PREVIEW_CHARS if refused else ARGS_MAX_CHARS):
+        return arguments
+    return json.dumps({"truncated_arguments": arguments[:ARGS_PREVIEW_CHARS], "full_length": len(arguments),
+                       "note": f"arguments of {len(arguments)} characters; only the first "
+                               f"{ARGS_PREVIEW_CHARS} are kept"})
 
 
 def _bad_arguments(tool_calls: list[dict]) -> bool:
@@ -217,15 +323,19 @@ class SpectrumTurnRolloutProcessor(RolloutProcessor):
             row.rollout_status = Status.rollout_error(str(e))
         except Exception as e:  # a bug: the row carries it (eval-protocol would retry and lose the env)
             row.rollout_status = Status.rollout_error(f"{type(e).__name__}: {e}")
+            stats.cause = None  # not the model's failure
         try:
+            never_answered = stats.model_calls == 0 and stats.cause is not None
             if env is not None and started:
                 if not env.done:
-                    env.finish("rollout_error")
+                    env.finish("llm_failure" if never_answered else "rollout_error")
                 extra = dict(row.execution_metadata.extra or {})
                 extra["spectrum"] = {**env.metrics(), "scan_records": env.scan_records()}
                 extra["spectrum_rollout"] = {"transport": "turn", "model_calls": stats.model_calls,
                                              "llm_requests": stats.llm_requests}
                 row.execution_metadata.extra = extra
+            if never_answered:
+                mark_model_failure(row, stats.cause, stats.llm_requests, stats.detail, endpoint_of(params))
             if transcript:
                 row.messages = self._messages(transcript, stats)
             self._finish_metadata(row, stats, t0)
@@ -256,6 +366,9 @@ class SpectrumTurnRolloutProcessor(RolloutProcessor):
                 shown = scan
             reply = await self._complete(window(transcript, mode, budget), tools, params, env, stats)
             if reply is None:  # every try failed: the scan is scored as an empty report
+                if stats.model_calls == 0:  # and the model never answered at all: the rollout is an error
+                    env.finish("llm_failure")
+                    break
                 env.skip("llm_failure")
                 continue
             stats.model_calls += 1
@@ -277,6 +390,7 @@ class SpectrumTurnRolloutProcessor(RolloutProcessor):
             fn = tc["function"]
             name = fn.get("name")
             res = env.call_tool(name if isinstance(name, str) else "", fn.get("arguments"))
+            fn["arguments"] = stored_arguments(fn.get("arguments"), refused=not res.ok)
             advanced = advanced or res.advanced
             stats.extras[len(transcript)] = {"name": name if isinstance(name, str) else None,
                                              "control_plane_step": {"reward": res.reward, "advanced": res.advanced,
@@ -290,8 +404,7 @@ class SpectrumTurnRolloutProcessor(RolloutProcessor):
         last = self.llm_tries - 1
         for attempt in range(self.llm_tries):
             if attempt:
-                cap = min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1))
-                await asyncio.sleep(random.uniform(0.0, cap))  # jitter only: not on a scored path
+                await asyncio.sleep(backoff_delay(attempt, self.backoff_base, self.backoff_max))
             stats.llm_requests += 1
             try:
                 resp = await litellm.acompletion(messages=messages, tools=tools, **params)
@@ -299,10 +412,12 @@ class SpectrumTurnRolloutProcessor(RolloutProcessor):
                 raise
             except Exception as e:  # noqa: BLE001  (classified below; never kills the rollout)
                 status = getattr(e, "status_code", None)
+                stats.cause, stats.detail = failure_cause(e), failure_detail(e)
                 if isinstance(e, litellm.ContextWindowExceededError):
                     env.record_fault("llm_context_window")
                     return None  # the same request will overflow again
                 if _is_config_error(e) or (status in _BAD_REQUEST_STATUS and stats.ok_calls == 0):
+                    stats.cause = "bad request"
                     raise RolloutConfigError(f"model request rejected (HTTP {status}): {str(e)[:300]}") from e
                 if status in _BAD_REQUEST_STATUS:
                     env.record_fault("llm_bad_request")
@@ -313,10 +428,12 @@ class SpectrumTurnRolloutProcessor(RolloutProcessor):
             reply = self._parse(resp, stats)
             if reply is None:
                 env.record_fault("llm_empty_choices")
+                stats.cause, stats.detail = "empty reply", "HTTP 200 without a choice or message"
                 continue
             calls = reply.message.get("tool_calls")
             if not calls and reply.extra.get("finish_reason") == "length":
                 env.record_fault("llm_truncated")
+                stats.cause, stats.detail = "empty reply", "cut off at max_tokens (finish_reason=length), no tool call"
                 continue
             if calls and _bad_arguments(calls):
                 env.record_fault("llm_bad_tool_json")

@@ -13,7 +13,8 @@ A *responder* is ``responder(request_json) -> (status, body, delay)``:
 * ``status``: the HTTP status to send;
 * ``body``: a dict (sent as JSON), ``str``/``bytes`` (sent verbatim: malformed JSON, HTML error pages), or
   ``None`` (the connection is closed without any response: a connection error);
-* ``delay``: seconds to wait before answering (longer than the client's timeout = a timeout).
+* ``delay``: seconds to wait before answering (longer than the client's timeout = a timeout). A waiting
+  request is released when the server stops, so a hang of minutes costs nothing after the test.
 
 Helpers build the usual bodies (:func:`chat_response`, :func:`tool_call`) and a responder that plays a
 scripted baseline policy (:func:`policy_responder`). ``python tests/loopback_llm.py --port 0 --policy
@@ -168,8 +169,9 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception as e:  # a broken test responder must not look like a healthy server
             owner.errors.append(e)
             status, body, delay = 500, {"error": {"message": f"responder failed: {e!r}"}}, 0.0
-        if delay:
-            time.sleep(delay)
+        if delay and owner._stopping.wait(delay):
+            self.close_connection = True  # the server is stopping: drop the hung request
+            return
         if body is None:
             self.close_connection = True
             try:
@@ -216,6 +218,7 @@ class LoopbackLLM:
         self._lock = threading.Lock()
         self._httpd: _Server | None = None
         self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()  # releases requests that are waiting out a delay
 
     @property
     def base_url(self) -> str:
@@ -235,6 +238,7 @@ class LoopbackLLM:
     def start(self) -> "LoopbackLLM":
         if self._httpd is not None:
             return self
+        self._stopping.clear()
         self._httpd = _Server((self.host, self.port), _Handler)
         self._httpd.owner = self
         self.port = self._httpd.server_address[1]
@@ -246,6 +250,7 @@ class LoopbackLLM:
     def stop(self) -> None:
         if self._httpd is None:
             return
+        self._stopping.set()
         self._httpd.shutdown()
         self._httpd.server_close()
         if self._thread is not None:

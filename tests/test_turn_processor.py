@@ -242,22 +242,26 @@ def test_persistent_500s_force_advance_the_scan(llm, clean):
 
 
 def test_timeouts_and_dropped_connections(llm, clean):
+    # only the first request hangs (for far longer than the generous 5 s timeout; released when the server
+    # stops): no normal reply can time out, however loaded the machine
     good = policy_responder("accumulate")
-    llm.responder = sequence(lambda r: (200, chat_response("late"), 1.0), lambda r: (200, None, 0.0), good)
-    (row,) = run(rows(), llm.completion_params(), fast_processor(request_timeout=0.25))
+    llm.responder = sequence(lambda r: (200, chat_response("late"), 600.0), lambda r: (200, None, 0.0), good)
+    (row,) = run(rows(), llm.completion_params(), fast_processor(request_timeout=5.0))
     assert_complete(row)
-    f = faults(row)
-    assert f.get("llm_timeout") == 1 and sum(f.values()) == 2, f
+    assert faults(row) == {"llm_timeout": 1, "llm_error": 1}  # a dropped connection has no HTTP status
     assert spectrum(row)["score"] == clean["scaffold"]
 
 
-def test_a_dead_server_still_scores_every_scan(llm):
+def test_a_dead_server_is_an_error_row_that_still_scores_every_scan(llm):
     llm.responder = lambda r: (500, {"error": {"message": "down"}}, 0.0)
     (row,) = run(rows(), llm.completion_params(), fast_processor(llm_tries=2))
-    assert_complete(row)
-    assert spectrum(row)["scans_skipped"] == N_SCANS and faults(row)["llm_gave_up"] == N_SCANS
-    assert spectrum(row)["score"] == pytest.approx(empty_score(row))
-    assert len(llm.requests) == 2 * N_SCANS
+    assert row.rollout_status.is_error()
+    assert row.rollout_status.message.startswith("model never produced a usable reply: http 5xx")
+    s = spectrum(row)
+    assert len(s["per_scan_reward"]) == N_SCANS and s["scans_skipped"] == N_SCANS
+    assert s["faults"] == {"llm_5xx": 2, "llm_gave_up": 1, "skip_llm_failure": N_SCANS}
+    assert s["score"] == pytest.approx(empty_score(row))
+    assert len(llm.requests) == 2  # one model call's tries: nothing more is asked of a model that never answered
 
 
 def test_empty_choices_and_truncation_are_retried(llm, clean):
@@ -396,9 +400,11 @@ def test_a_rejected_configuration_is_an_error_row_with_a_zero_score(llm, status)
     (row,) = run(rows(), llm.completion_params())
     assert row.rollout_status.is_error() and f"HTTP {status}" in row.rollout_status.message
     assert len(llm.requests) == 1  # reported, not retried
+    assert row.execution_metadata.extra["spectrum_rollout"]["model_failure"]["cause"] == "bad request"
     evaluate_row(row)
     res = row.evaluation_result
-    assert res.score == 0.0 and res.is_score_valid and res.reason.startswith("rollout error: model request rejected")
+    assert res.score == 0.0 and res.is_score_valid
+    assert res.reason.startswith("rollout error: model never produced a usable reply: bad request")
 
 
 def test_a_missing_api_key_is_an_error_row_not_twelve_skipped_scans(llm, monkeypatch):
