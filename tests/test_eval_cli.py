@@ -6,7 +6,9 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -44,7 +46,7 @@ def turn_ladder(offline_env, tmp_path_factory):
 
 def test_json_shape_and_ladder_order_turn(turn_ladder):
     result, out = turn_ladder
-    assert set(result) == {"rows", "path", "models", "plot"}
+    assert set(result) == {"rows", "path", "models", "plot", "stopped"} and result["stopped"] is None
     assert result["rows"] == 4 and result["path"] == "turn"
     assert list(result["models"]) == ["spectrum/memoryless", "spectrum/accumulate", "spectrum/oracle"]
     for metrics in result["models"].values():
@@ -111,7 +113,7 @@ def test_table_output_labels_the_oracle_privileged(offline_env, tmp_path, capsys
     text = capsys.readouterr().out
     assert rc == 0, text
     lines = text.splitlines()
-    assert lines[0].split() == ["model", *se.METRICS, "rows", "errors"]
+    assert lines[0].split() == ["model", *se.METRICS, "rows", "errors", "cause"]
     oracle = next(line for line in lines if line.startswith("spectrum/oracle"))
     assert "(privileged)" in oracle and oracle.split()[2] == "1.000"
     assert any(line.startswith("spectrum/carpet-16 ") for line in lines)
@@ -181,8 +183,16 @@ def test_plot_uses_no_global_backend(tmp_path):
 
 
 def test_timeout_stops_the_child_and_everything_it_started(offline_env, tmp_path, capsys, monkeypatch):
-    """A run that overruns --timeout is stopped as a whole process group (pytest child + MCP server) and
-    reported as a failure with the child's output."""
+    """A run that overruns --timeout is stopped as a whole process group (pytest child + MCP server); the
+    row that finished is kept (rows.jsonl, summary.json), the other is marked unfinished, the run exits 1
+    and names the model the timeout cut off; the MCP server's log goes with the run's temp folder.
+
+    The model is a loopback server that answers the first row and never answers the second
+    (``--concurrency 1``), so the run cannot finish before the timeout however fast the machine is; the
+    timeout only has to leave the first row time to finish (it needs a few seconds; 45 s is the margin)."""
+    from test_eval_faults import FirstRowThenHang
+    from loopback_llm import LoopbackLLM
+
     stopped: list[int] = []
     real_stop = se.stop_process_group
 
@@ -191,9 +201,44 @@ def test_timeout_stops_the_child_and_everything_it_started(offline_env, tmp_path
         real_stop(proc, grace)
 
     monkeypatch.setattr(se, "stop_process_group", recording_stop)
-    rc = se.main(["--path", "mcp", "--model", "accumulate", "--rows", "2", "--timeout", "6", "--out", str(tmp_path),
-                  "--no-progress"])
-    err = capsys.readouterr().err
-    assert rc == 1 and "no result within 6 s" in err
+    tmp_root = tmp_path / "tmp"  # the run's temp folder goes here
+    tmp_root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_root))
+    server_logs: list[Path] = []
+
+    class Model(FirstRowThenHang):
+        def __call__(self, request):
+            if self.first_done.is_set() and not self.hanging.is_set():  # the MCP server is running now
+                server_logs.extend(tmp_root.glob("spectrum-eval-*/tmp/spectrum_server_*.log"))
+            return super().__call__(request)
+
+    model = Model()
+    server = LoopbackLLM(model).start()
+    out = tmp_path / "out"
+    try:
+        rc = se.main(["--path", "mcp", "--model", "openai/x", "--api-base", server.base_url, "--rows", "2",
+                      "--concurrency", "1", "--timeout", "45", "--out", str(out), "--no-progress"])
+    finally:
+        server.stop()
+    cap = capsys.readouterr()
+    assert rc == 1, cap.out + cap.err
+    assert model.first_done.is_set() and model.hanging.is_set()
+    assert "timeout: the run was stopped after" in cap.err
+    assert "cut off by the timeout: openai/x (1/2 rows finished)" in cap.err and str(out / "rows.jsonl") in cap.err
     assert len(stopped) == 1 and not se._group_alive(stopped[0])
-    assert (tmp_path / "pytest.log").exists()
+    assert (out / "pytest.log").exists()
+    rows = [EvaluationRow.model_validate_json(line) for line in (out / "rows.jsonl").read_text().splitlines()]
+    assert len(rows) == 1 and len(rows[0].evaluation_result.step_outputs) == 12
+    assert rows[0].evaluation_result.score > 0.3  # the accumulate policy, played over HTTP
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["stopped"] == "timeout" and summary["cut_off"] == ["openai/x"]
+    m = summary["models"]["openai/x"]
+    assert m["rows"] == 1 and m["rows_unfinished"] == 1 and m["stopped"] == "timeout"
+    assert m["unfinished_row_ids"] == [r for r in ("eval-r0000", "eval-r0001") if r != rows[0].input_metadata.row_id]
+    assert "1/2" in next(line for line in cap.out.splitlines() if line.startswith("openai/x "))
+    # the MCP server logged into the child's own temp folder, removed with the run: nothing left behind
+    assert server_logs and all(f"spectrum_server_{stopped[0]}_" in p.name for p in server_logs)
+    assert not list(tmp_root.iterdir())
+    assert not list(Path(tempfile.gettempdir()).glob(f"spectrum_server_{stopped[0]}_*.log"))
+    real_tmp = Path(os.environ.get("TMPDIR") or "/tmp")
+    assert not list(real_tmp.glob(f"spectrum_server_{stopped[0]}_*.log"))

@@ -1,0 +1,435 @@
+"""``spectrum-rft eval`` when runs go wrong: a model that never answers (HTTP 500, a closed port), scans
+that are mostly skipped, options out of range, a run stopped by a watchdog or Ctrl-C (the finished rows
+are kept). Real pytest children run the real entries against ``tests/loopback_llm.py`` (a real
+OpenAI-compatible HTTP server on 127.0.0.1). Nothing waits on a clock to decide what happened: the
+models that must not finish hang until the server stops, and stops are triggered by observed events."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import spectrum_eval as se
+from loopback_llm import LoopbackLLM, chat_response, policy_responder
+
+_SCAN = re.compile(r"^Scan (\d+)/(\d+) \| band ", re.M)
+HANG_S = 3600.0  # a request that never gets an answer (released when the server stops)
+
+
+@pytest.fixture(scope="module")
+def offline_env(offline_env):
+    """The session's offline settings (conftest) plus a dummy key for OpenAI-compatible endpoints."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OPENAI_API_KEY", "dummy")
+        yield
+
+
+def _last_scan(request: dict) -> tuple[int, int] | None:
+    """(k, n) of the last ``Scan k/n`` shown in a chat request."""
+    for m in reversed(request.get("messages") or []):
+        content = m.get("content")
+        text = content if isinstance(content, str) else "".join(
+            str(p.get("text") or "") for p in content or [] if isinstance(p, dict))
+        hits = _SCAN.findall(text)
+        if m.get("role") in ("user", "tool") and hits:
+            return int(hits[-1][0]), int(hits[-1][1])
+    return None
+
+
+class FirstRowThenHang:
+    """Plays ``spectrum/accumulate`` until one rollout has answered its last scan, then never answers
+    again. With ``--concurrency 1`` the first row finishes at once and the second hangs."""
+
+    def __init__(self) -> None:
+        self.play = policy_responder("accumulate")
+        self.first_done = threading.Event()
+        self.hanging = threading.Event()  # a request of a later row is waiting
+
+    def __call__(self, request: dict):
+        if self.first_done.is_set():
+            self.hanging.set()
+            return 200, chat_response("too late"), HANG_S
+        reply = self.play(request)
+        scan = _last_scan(request)
+        if scan is not None and scan[0] == scan[1]:
+            self.first_done.set()
+        return reply
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed on exit: nothing listens there
+
+
+def _summary(out: Path) -> dict:
+    return json.loads((out / "summary.json").read_text())
+
+
+def _rows(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines() if line.strip()]
+
+
+def _table_line(text: str, label: str) -> list[str]:
+    return next(line for line in text.splitlines() if line.startswith(label + " ")).split()
+
+
+def _scored_rows_streamed(tmp_root: Path) -> int:
+    """Rows the (running) child has scored so far: its stream in the run's temp folder under ``tmp_root``."""
+    return sum(len(f.read_text().splitlines()) for f in tmp_root.glob(f"spectrum-eval-*/{se.STREAM_FILE}"))
+
+
+def _wait(cond, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+# --------------------------------------------------------------------------------------------------
+# 4. options are checked before any work
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["--max-calls-per-scan", "0"], "--max-calls-per-scan"),
+    (["--max-calls-per-scan", "two"], "--max-calls-per-scan"),
+    (["--timeout", "0"], "--timeout"),
+    (["--timeout", "-5"], "--timeout"),
+    (["--timeout", "nan"], "--timeout"),
+    (["--timeout", "inf"], "--timeout"),
+    (["--rows", "0"], "--rows"),
+    (["--rows", "1.5"], "--rows"),
+    (["--concurrency", "0"], "--concurrency"),
+    (["--concurrency", "-1"], "--concurrency"),
+])
+def test_numeric_options_are_refused_at_parse_time(argv, option, tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        se.main([*argv, "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2
+    assert len(err.strip().splitlines()) == 1, err  # one line, no traceback, no usage block
+    assert f"argument {option}:" in err and "Traceback" not in err
+    assert not (tmp_path / "run").exists()  # nothing started
+
+
+def test_run_eval_refuses_what_the_parser_would(tmp_path):
+    with pytest.raises(ValueError, match="max_calls_per_scan"):
+        se.run_eval(se.model_specs(["accumulate"]), path="turn", rows=1, out=tmp_path / "a", max_calls_per_scan=0)
+    with pytest.raises(ValueError, match="timeout"):
+        se.run_eval(se.model_specs(["accumulate"]), path="turn", rows=1, out=tmp_path / "b", timeout=-5)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+# --------------------------------------------------------------------------------------------------
+# 1. a model that never produced a usable reply: errors, the cause, the exit status
+# --------------------------------------------------------------------------------------------------
+
+
+def _error_row(message: str, failure: dict | None = None, skipped: int = 12) -> dict:
+    extra: dict = {"spectrum": {"n_scans": 12, "scans_skipped": skipped, "faults": {"skip_llm_failure": skipped}}}
+    if failure is not None:
+        extra["spectrum_rollout"] = {"transport": "turn", "model_failure": failure}
+    return {"rollout_status": {"code": 13, "message": message}, "execution_metadata": {"extra": extra},
+            "evaluation_result": {"score": 0.0, "is_score_valid": True}}
+
+
+@pytest.mark.parametrize("message, cause", [
+    ("model never produced a usable reply: http 5xx (4 requests)", "http 5xx"),  # the processors' own words
+    ("litellm.InternalServerError: InternalServerError: OpenAIException - boom LiteLLM Retried: 8 times", "http 5xx"),
+    ("litellm.APIConnectionError: OpenAIException - Connection error.", "connection refused"),
+    ("[Errno 111] Connection refused", "connection refused"),
+    ("litellm.Timeout: APITimeoutError - Request timed out.", "timeout"),
+    ("litellm.RateLimitError: RateLimitError: OpenAIException - Error code: 429", "rate limited"),
+    ("model request rejected (HTTP 404): litellm.NotFoundError: model not found", "bad request"),
+    ("litellm.BadRequestError: OpenAIException - Error code: 400 - context too long", "bad request"),
+    ("IndexError: list index out of range", "error"),
+    ("", "error"),
+])
+def test_error_cause_from_the_status_message(message, cause):
+    """Rows without ``model_failure`` (eval-protocol's own errors, before the processors record it)."""
+    assert se.error_cause(_error_row(message)) == cause
+
+
+def test_error_cause_prefers_the_recorded_model_failure():
+    row = _error_row("model never produced a usable reply: timeout",
+                     {"cause": "rate limited", "requests": 4, "detail": "HTTP 429"})
+    assert se.error_cause(row) == "rate limited"
+    bogus = _error_row("litellm.Timeout: Request timed out", {"cause": "cosmic rays", "requests": 1, "detail": ""})
+    assert se.error_cause(bogus) == "timeout"  # an unknown recorded cause: classified from the message
+    ok = {"rollout_status": {"code": 100, "message": "Rollout finished"}}
+    assert se.error_cause(ok) is None
+
+
+def test_summary_and_report_of_error_rows_with_and_without_the_field(tmp_path, capsys):
+    """The dominant cause per model, from rows with ``model_failure`` and rows without (both contracts)."""
+    with_field = [_error_row("model never produced a usable reply: http 5xx", {"cause": "http 5xx", "requests": 4,
+                                                                             "detail": "HTTP 500"})] * 2
+    without = [_error_row("litellm.APIConnectionError: Connection error.")] * 2 + \
+              [_error_row("litellm.InternalServerError: boom")]
+    models = {"a": se.summarize(with_field), "b": se.summarize(without)}
+    assert models["a"]["error_cause"] == "http 5xx" and models["a"]["error_causes"] == {"http 5xx": 2}
+    assert models["b"]["error_cause"] == "connection refused"
+    assert models["b"]["error_causes"] == {"connection refused": 2, "http 5xx": 1}
+    table = se.format_table(models)
+    assert _table_line(table, "a")[-4:] == ["2", "2", "http", "5xx"]  # rows, errors, cause
+    assert table.splitlines()[3].endswith("connection refused")
+    for m in models.values():
+        m.update(privileged=False, rows_unfinished=0)
+    summary = {"models": models, "displays": {}, "out": str(tmp_path), "log": str(tmp_path / "pytest.log"),
+               "rows": 3, "path": "turn", "preset": "default", "memory_mode": "scaffold", "reward": "default",
+               "wall_s": 1.0, "plot": None, "missing": ["a"], "stopped": None, "cut_off": []}
+    assert se.report(summary) == 1
+    err = capsys.readouterr().err.splitlines()
+    lines = [line for line in err if "every rollout errored" in line]
+    assert len(lines) == 2
+    assert "a: every rollout errored (2/2), cause: http 5xx" in lines[0] and str(tmp_path / "pytest.log") in lines[0]
+    assert "b: every rollout errored (3/3), cause: connection refused" in lines[1]
+    assert not any(line.startswith("WARNING") for line in err)  # the error line says it already
+
+
+def test_a_server_answering_500_to_everything(offline_env, tmp_path, capsys):
+    """Table: errors and the cause; stderr: one line naming the cause and the log; exit 1. A healthy
+    model in the same run is unaffected."""
+    server = LoopbackLLM(lambda req: (500, {"error": {"message": "boom", "type": "server_error"}}, 0.0)).start()
+    try:
+        rc = se.main(["--model", "openai/x", "--api-base", server.base_url, "--model", "accumulate", "--rows", "2",
+                      "--out", str(tmp_path), "--no-progress"])
+    finally:
+        server.stop()
+    cap = capsys.readouterr()
+    assert rc == 1, cap.out + cap.err
+    assert server.count >= 2
+    x, acc = _summary(tmp_path)["models"]["openai/x"], _summary(tmp_path)["models"]["spectrum/accumulate"]
+    assert acc["rows_errored"] == 0 and acc["score"] > 0.3
+    line = next(line for line in cap.err.splitlines() if line.startswith("spectrum-rft eval: openai/x:"))
+    assert "http 5xx" in line and str(tmp_path / "pytest.log") in line
+    if x["rows_errored"]:  # the processors make such rows errors (model_failure); else all scans are skipped
+        assert x["rows_errored"] == 2 and x["error_cause"] == "http 5xx"
+        assert _table_line(cap.out, "openai/x")[-3:] == ["2", "http", "5xx"]
+        assert "every rollout errored (2/2), cause: http 5xx" in line
+    else:
+        assert x["llm_failure_cause"] == "http 5xx" and "every scan of every row was skipped" in line
+    assert "openai/x: " in cap.out.split("faults (")[1]  # the fault summary under the table
+
+
+def test_a_closed_port(offline_env, tmp_path, capsys):
+    port = _closed_port()
+    rc = se.main(["--model", "openai/x", "--api-base", f"http://127.0.0.1:{port}/v1", "--rows", "1",
+                  "--out", str(tmp_path), "--no-progress"])
+    cap = capsys.readouterr()
+    assert rc == 1, cap.out + cap.err
+    x = _summary(tmp_path)["models"]["openai/x"]
+    assert "connection refused" in (x["error_cause"], x["llm_failure_cause"])
+    line = next(line for line in cap.err.splitlines() if line.startswith("spectrum-rft eval: openai/x:"))
+    assert "connection refused" in line and "pytest.log" in line
+
+
+# --------------------------------------------------------------------------------------------------
+# 3. faults and skipped scans under the table, a WARNING, totals in summary.json
+# --------------------------------------------------------------------------------------------------
+
+
+def test_fault_summary_and_the_skipped_scans_warning(offline_env, tmp_path, capsys):
+    """``openai/mute`` only ever talks (every scan skipped after its one call), ``openai/mostly`` reports
+    only every third scan (8 of 12 skipped): a WARNING for both, a failure for the mute one only."""
+    play = policy_responder("accumulate")
+
+    def respond(request: dict):
+        scan = _last_scan(request)
+        if request.get("model") == "mostly" and scan is not None and scan[0] % 3 == 0:
+            return play(request)
+        return 200, chat_response("I would rather chat about the weather."), 0.0
+
+    server = LoopbackLLM(respond).start()
+    try:
+        rc = se.main(["--model", "openai/mute", "--model", "openai/mostly", "--model", "accumulate",
+                      "--api-base", server.base_url, "--max-calls-per-scan", "1", "--rows", "1",
+                      "--out", str(tmp_path), "--no-progress"])
+    finally:
+        server.stop()
+    cap = capsys.readouterr()
+    assert rc == 1, cap.out + cap.err
+    models = _summary(tmp_path)["models"]
+    assert (models["openai/mute"]["scans_skipped_total"], models["openai/mute"]["scans_total"]) == (12, 12)
+    assert (models["openai/mostly"]["scans_skipped_total"], models["openai/mostly"]["scans_total"]) == (8, 12)
+    assert models["spectrum/accumulate"]["scans_skipped_total"] == 0
+    for name in ("openai/mute", "openai/mostly"):  # fault totals in summary.json, as the rows have them
+        rows = [r for r in _rows(tmp_path) if r["input_metadata"]["completion_params"]["model"] == name]
+        total: dict = {}
+        for r in rows:
+            for k, v in r["execution_metadata"]["extra"]["spectrum"]["faults"].items():
+                total[k] = total.get(k, 0) + v
+        assert models[name]["faults"] == total and total
+        assert sum(models[name]["fault_groups"].values()) == sum(total.values())
+    faults = cap.out.split("faults (")[1].splitlines()
+    mute = next(line for line in faults if line.strip().startswith("openai/mute:"))
+    top_kind, top_count = next(iter(models["openai/mute"]["faults"].items()))
+    assert f"{top_kind} {top_count}" in mute and "scans skipped 12/12 (100%)" in mute
+    assert any("openai/mostly:" in line and "scans skipped 8/12 (67%)" in line for line in faults)
+    assert any("spectrum/accumulate:" in line and "none" in line for line in faults)
+    warnings = [line for line in cap.err.splitlines() if line.startswith("WARNING")]
+    assert len(warnings) == 2 and "openai/mute: 12/12 scans skipped" in warnings[0]
+    assert "openai/mostly: 8/12 scans skipped (67%)" in warnings[1]
+    failures = [line for line in cap.err.splitlines() if "every scan of every row was skipped" in line]
+    assert len(failures) == 1 and "openai/mute" in failures[0]
+
+
+# --------------------------------------------------------------------------------------------------
+# 7. watchdogs; 4. Ctrl-C; 2. both keep the rows that finished
+# --------------------------------------------------------------------------------------------------
+
+
+def test_a_watchdog_stops_the_run_and_the_finished_row_is_kept(offline_env, tmp_path, capsys, monkeypatch):
+    """A fake watchdog fires once the first row has been scored (and the second is hanging): the child's
+    process group is stopped, the finished row kept, the message recorded and printed, exit 1."""
+    tmp_root = tmp_path / "tmp"
+    tmp_root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_root))
+    model = FirstRowThenHang()
+    server = LoopbackLLM(model).start()
+    stopped: list[int] = []
+    real_stop = se.stop_process_group
+
+    def recording_stop(proc, grace=15.0):
+        stopped.append(proc.pid)
+        real_stop(proc, grace)
+
+    monkeypatch.setattr(se, "stop_process_group", recording_stop)
+    calls = []
+    message = "model server exited: code -9 (SIGKILL)\nlast words of the server log"
+
+    def watchdog() -> str | None:
+        calls.append(time.monotonic())
+        return message if model.hanging.is_set() and _scored_rows_streamed(tmp_root) >= 1 else None
+
+    try:
+        specs = se.model_specs(["openai/x"], api_base=server.base_url)
+        summary = se.run_eval(specs, path="turn", rows=2, out=tmp_path / "out", concurrency=1, timeout=600,
+                              progress=False, watchdogs=[watchdog])
+    finally:
+        server.stop()
+    out = tmp_path / "out"
+    assert summary["stopped"] == "aborted" and summary["aborted"] == message
+    assert _summary(out)["aborted"] == message and _summary(out)["cut_off"] == ["openai/x"]
+    m = _summary(out)["models"]["openai/x"]
+    assert m["rows"] == 1 and m["rows_unfinished"] == 1 and m["aborted"] == message and m["stopped"] == "aborted"
+    rows = _rows(out)
+    assert len(rows) == 1 and rows[0]["evaluation_result"]["score"] > 0.3
+    assert m["unfinished_row_ids"] == [d for d in ["eval-r0000", "eval-r0001"]
+                                       if d != rows[0]["input_metadata"]["row_id"]]
+    assert len(stopped) == 1 and not se._group_alive(stopped[0])
+    assert len(calls) >= 2  # polled while the child ran
+    assert se.report(summary) == 1
+    cap = capsys.readouterr()
+    assert "model server exited: code -9 (SIGKILL)" in cap.err and "last words of the server log" in cap.err
+    assert "cut off: openai/x (1/2 rows finished)" in cap.err
+    assert _table_line(cap.out, "openai/x")[-3:] == ["1/2", "0", "-"]
+    assert not list(tmp_root.glob("spectrum-eval-*"))  # the run's temp folder is gone
+
+
+def test_a_watchdog_that_raises_still_stops_the_run(offline_env, tmp_path, monkeypatch):
+    """A watchdog that raises still stops the run (a broken supervisor must not leave the child running)."""
+    server = LoopbackLLM(lambda req: (200, chat_response("..."), HANG_S)).start()
+    seen = threading.Event()
+
+    def broken() -> str | None:
+        if server.count:
+            seen.set()
+            raise RuntimeError("supervisor bug")
+        return None
+
+    try:
+        specs = se.model_specs(["openai/x"], api_base=server.base_url)
+        summary = se.run_eval(specs, path="turn", rows=1, out=tmp_path, timeout=600, progress=False,
+                              watchdogs=[broken])
+    finally:
+        server.stop()
+    assert seen.is_set() and summary["stopped"] == "aborted"
+    assert "supervisor bug" in summary["aborted"] and summary["models"]["openai/x"]["rows"] == 0
+    assert _rows(tmp_path) == [] and _summary(tmp_path)["models"]["openai/x"]["rows_unfinished"] == 1
+
+
+def _procs_with(text: str) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if text in (d / "cmdline").read_bytes().decode("utf-8", "replace"):
+                    out.append(int(d.name))
+            except OSError:
+                pass
+    return out
+
+
+def test_ctrl_c_keeps_the_finished_row_and_exits_130(offline_env, tmp_path):
+    """SIGINT (Ctrl-C) once the first row is scored and the second hangs: one line saying where the rows
+    are, no traceback, exit 130; rows.jsonl and summary.json hold the finished row; no child left."""
+    tmp_root = tmp_path / "tmp"
+    tmp_root.mkdir()
+    out = tmp_path / "out"
+    model = FirstRowThenHang()
+    server = LoopbackLLM(model).start()
+    env = {**os.environ, "TMPDIR": str(tmp_root)}
+    proc = subprocess.Popen([sys.executable, "-m", "spectrum_cli", "eval", "--model", "openai/x", "--api-base",
+                             server.base_url, "--rows", "2", "--concurrency", "1", "--out", str(out),
+                             "--no-progress"], cwd=se.ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        _wait(lambda: proc.poll() is not None or (model.hanging.is_set() and _scored_rows_streamed(tmp_root) >= 1),
+              300, "the first row to be scored")
+        assert proc.poll() is None, proc.communicate()
+        os.kill(proc.pid, signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        server.stop()
+    assert proc.returncode == 130, stdout + stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "interrupted" in lines[0] and str(out) in lines[0], stderr
+    assert "1 of 2 rows" in lines[0]
+    assert stdout.strip() == ""
+    rows = _rows(out)
+    assert len(rows) == 1 and rows[0]["evaluation_result"]["score"] > 0.3
+    summary = _summary(out)
+    assert summary["stopped"] == "interrupted" and summary["models"]["openai/x"]["rows_unfinished"] == 1
+    assert not _procs_with(str(out / "dataset.jsonl")), "the pytest child outlived Ctrl-C"
+    assert not list(tmp_root.glob("spectrum-eval-*"))
+
+
+# --------------------------------------------------------------------------------------------------
+# 2. streamed rows (the child's side copy) merge with eval-protocol's persisted rows
+# --------------------------------------------------------------------------------------------------
+
+
+def test_streamed_rows_fill_in_for_unpersisted_items(tmp_path):
+    def row(exp: str, rid: str, rollout: str, score: float) -> dict:
+        return {"execution_metadata": {"experiment_id": exp, "rollout_id": rollout, "run_id": "r"},
+                "input_metadata": {"row_id": rid}, "evaluation_result": {"score": score}}
+
+    persisted = tmp_path / "experiment_results"
+    persisted.mkdir()
+    (persisted / "e1.jsonl").write_text(json.dumps({**row("e1", "a", "1", 0.5), "evals": {"score": 0.5}}) + "\n")
+    stream = tmp_path / se.STREAM_FILE
+    stream.write_text("\n".join(json.dumps(r) for r in [row("e1", "a", "1", 0.4), row("e2", "a", "2", 0.7),
+                                                        row("e2", "a", "2", 0.8)])
+                      + "\n" + '{"execution_metadata": {"experi')  # a line cut short by a killed child
+    got = se.collect_rows(tmp_path, stream)
+    assert [(r["execution_metadata"]["experiment_id"], r["evaluation_result"]["score"]) for r in got] == \
+        [("e1", 0.5), ("e2", 0.8)]
+    assert "evals" not in got[0]
