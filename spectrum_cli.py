@@ -43,7 +43,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"spectrum-rft {cmd}: not available in this checkout ({module}.py is missing)", file=sys.stderr)
             return 2
         raise
-    return int(getattr(mod, func)(rest) or 0)
+    try:
+        return int(getattr(mod, func)(rest) or 0)
+    except KeyboardInterrupt:  # a command that does not handle Ctrl-C itself: one line, no traceback
+        print(f"spectrum-rft {cmd}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -23,7 +23,23 @@ that format ever changes, the bar degrades to per-model progress, never to a fai
 
 Results go under ``--out`` (default ``runs/eval/<path>-<time>``): ``dataset.jsonl`` (the input rows),
 ``rows.jsonl`` (every scored EvaluationRow), ``summary.json``, ``per_scan_reward.png`` and
-``logs/<model>.log`` (each child's pytest output).
+``pytest.log`` (the child's pytest output).
+
+When a run goes wrong:
+
+* **A model that never answered.** Under the table: ``errors`` and the dominant ``cause`` per model
+  (``extra["spectrum_rollout"]["model_failure"]["cause"]`` when the rollout processor recorded it, else
+  classified from the error row's status message: eval-protocol's own errors), and a fault summary (the
+  most frequent environment fault kinds, scans skipped of all scans; totals in ``summary.json``). A model
+  whose every row errored, or whose every scan was skipped, fails the run (exit 1) with one line naming
+  the cause and the log; more than half of a model's scans skipped is a WARNING.
+* **Stopped runs** (``--timeout``, Ctrl-C, a watchdog of :func:`run_eval`): the child's process group is
+  stopped and every row that finished is kept: rows.jsonl and summary.json are written (``stopped``,
+  ``cut_off``, per model ``rows_unfinished``). eval-protocol persists an item's rows only when the whole
+  item has finished, so the child streams each row as the entry scores it (:func:`pytest_configure`).
+  Exit 1 (timeout, watchdog) or 130 (Ctrl-C: one line saying where the rows are).
+* The child runs with its own ``TMPDIR`` inside the run's temp folder: whatever it or the MCP server
+  leaves there (a stopped server's log) is removed with it.
 """
 
 from __future__ import annotations
@@ -64,7 +80,7 @@ _TQDM_RUN = re.compile(r"Run \d+:\s*\d+%\|[^|\r\n]*\|\s*(\d+)/(\d+)")
 
 
 class EvalError(RuntimeError):
-    """A model's run produced no scored rows (the message carries the tail of its pytest output)."""
+    """The child exited by itself without one scored row (the message carries the tail of its output)."""
 
 
 # --------------------------------------------------------------------------------------------------

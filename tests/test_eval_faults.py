@@ -362,6 +362,47 @@ def test_a_watchdog_that_raises_still_stops_the_run(offline_env, tmp_path, monke
     assert _rows(tmp_path) == [] and _summary(tmp_path)["models"]["openai/x"]["rows_unfinished"] == 1
 
 
+def test_a_local_model_server_that_dies_aborts_the_run(offline_env, tmp_path, capsys, monkeypatch):
+    """``--model local``: the server run_eval starts is watched (its ``failure()``); when it reports the
+    server dead, the run stops, keeps the finished row and prints the message (exit 1)."""
+    import contextlib
+
+    import spectrum_local
+
+    tmp_root = tmp_path / "tmp"
+    tmp_root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_root))
+    model = FirstRowThenHang()
+    server = LoopbackLLM(model).start()
+    dead = "model server exited: code -9 (SIGKILL) (llama.cpp at loopback). Its output ends with:\nKilled"
+
+    class FakeLocalServer:  # spectrum_local.LocalServer's interface: params and failure()
+        params = {"model": "openai/smollm2", "api_base": server.base_url, "tool_choice": "auto"}
+
+        def failure(self) -> str | None:
+            return dead if model.hanging.is_set() and _scored_rows_streamed(tmp_root) >= 1 else None
+
+    started: list[bool] = []
+
+    @contextlib.contextmanager
+    def fake_local_server(**kwargs):
+        started.append(True)
+        yield FakeLocalServer()
+
+    monkeypatch.setattr(spectrum_local, "local_server", fake_local_server)
+    try:
+        rc = se.main(["--model", "local", "--rows", "2", "--concurrency", "1", "--out", str(tmp_path / "out"),
+                      "--no-progress"])
+    finally:
+        server.stop()
+    cap = capsys.readouterr()
+    assert started and rc == 1, cap.out + cap.err
+    assert "model server exited: code -9 (SIGKILL)" in cap.err
+    summary = _summary(tmp_path / "out")
+    assert summary["stopped"] == "aborted" and summary["aborted"] == dead
+    assert summary["models"]["local (smollm2)"]["rows"] == 1 and summary["models"]["local (smollm2)"]["aborted"] == dead
+
+
 def _procs_with(text: str) -> list[int]:
     out = []
     for d in Path("/proc").iterdir():
