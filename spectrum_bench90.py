@@ -363,7 +363,7 @@ def evaluate(model: str, system: str, runs: int, via: str = "auto", prompt: str 
         try:
             records = run_with_processor(model, system, runs, prompt, **model_options)
         except BenchRowError as e:
-            records, errors = e.records, str(e).split("; ")
+            records, errors = e.records, list(e.errors)
     else:
         raise ValueError(f"unknown via {via!r}")
     result = summarize(model, system, [summarize_run(r, recs) for r, recs in enumerate(records)], via)
@@ -447,15 +447,16 @@ def run_with_processor(model: str, system: str, runs: int, prompt: str = "weak",
                                + (f" ({errors[-1]})" if errors else ""))
         out.append(spec["scan_records"])
     if errors:
-        raise BenchRowError("; ".join(errors), out)
+        raise BenchRowError(errors, out)
     return out
 
 
 class BenchRowError(RuntimeError):
     """Some rows ended in error; ``records`` still holds every run's (fully scored) per-scan records."""
 
-    def __init__(self, message: str, records: list[list[dict]]):
-        super().__init__(message)
+    def __init__(self, errors: list[str], records: list[list[dict]]):
+        super().__init__("; ".join(errors))
+        self.errors = errors  # one message per errored row (a message may itself contain "; ")
         self.records = records
 
 
