@@ -313,7 +313,6 @@ def test_dispatcher_and_wrapper():
 
 
 def test_bench_rows_pin_the_run():
-    pytest.importorskip("eval_protocol")
     from spectrum_adapter import env_for_row
 
     rows = b9.bench_rows("spectrum/oracle", "icl_notepad", 3)
@@ -328,7 +327,6 @@ def test_bench_rows_pin_the_run():
 
 
 def test_processor_path_matches_the_direct_path():
-    pytest.importorskip("spectrum_turn_processor")
     for model, system in (("spectrum/memoryless", "stateless"), ("spectrum/accumulate", "icl"),
                           ("spectrum/oracle", "icl_notepad")):
         via = b9.evaluate(model, system, 2, via="processor", token_budget=None)
@@ -341,8 +339,8 @@ def test_processor_path_matches_the_direct_path():
 def test_a_model_over_http(monkeypatch, capsys):
     """A real chat-completions endpoint (127.0.0.1) through the CLI: scores match the scripted policy it
     plays, and a refused request (HTTP 401) makes the row an error: exit 1, named on stderr."""
-    pytest.importorskip("spectrum_turn_processor")
-    loopback = pytest.importorskip("loopback_llm")
+    import loopback_llm as loopback
+
     monkeypatch.setenv("OPENAI_API_KEY", "dummy")
     with loopback.LoopbackLLM(responder=loopback.policy_responder("accumulate")) as server:
         params = json.dumps({"api_base": server.base_url})

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-torch = pytest.importorskip("torch")
-from hypothesis import given, settings, strategies as st  # noqa: E402
+import torch
+from hypothesis import given, settings, strategies as st
 
 import spectrum_train_loss as L  # noqa: E402
 
