@@ -20,4 +20,4 @@ fi
 model="$1"; system="${2:-stateless}"; runs="${3:-5}"
 shift $(( $# < 3 ? $# : 3 ))
 export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
-exec "$py" -m spectrum_cli bench90 --model "$model" --system "$system" --runs "$runs" "$@"
+exec "$py" -m spectrum_rft bench90 --model "$model" --system "$system" --runs "$runs" "$@"

@@ -16,8 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from spectrum_adapter import EnvConfig, SpectrumEnv, seed_for_row  # noqa: E402
-from spectrum_policies import run_episode  # noqa: E402
+from spectrum_rft.task.environment import EnvConfig, SpectrumEnv, seed_for_row  # noqa: E402
+from spectrum_rft.baselines.audit import run_episode  # noqa: E402
 
 ORIGINAL_SCANS_PER_S = 3500.0
 

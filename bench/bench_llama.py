@@ -32,7 +32,7 @@ _CHILD = r"""
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
 import llama_cpp, spectrum_local
-from spectrum_adapter import EnvConfig, SpectrumEnv
+from spectrum_rft.task.environment import EnvConfig, SpectrumEnv
 threads, repeat, gen = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 env = SpectrumEnv(EnvConfig())
 env.reset(7)

@@ -80,8 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     from eval_protocol.pytest.types import RolloutProcessorConfig  # noqa: PLC0415
 
     from bench_turn import start_server as start_loopback  # noqa: PLC0415
-    from make_spectrum_dataset import dataset_adapter, make_rows  # noqa: PLC0415
-    from spectrum_mcp_processor import SERVER_SCRIPT, SpectrumMcpRolloutProcessor, SpectrumServer  # noqa: PLC0415
+    from spectrum_rft.rollouts.dataset import dataset_adapter, make_rows  # noqa: PLC0415
+    from spectrum_rft.rollouts.mcp_client import SERVER_SCRIPT, SpectrumMcpRolloutProcessor, SpectrumServer  # noqa: PLC0415
 
     class NullLogger(DatasetLogger):
         def log(self, row):

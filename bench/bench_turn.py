@@ -71,8 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     from eval_protocol.dataset_logger.sqlite_dataset_logger_adapter import SqliteDatasetLoggerAdapter  # noqa: PLC0415
     from eval_protocol.pytest.types import RolloutProcessorConfig  # noqa: PLC0415
 
-    from make_spectrum_dataset import dataset_adapter, make_rows  # noqa: PLC0415
-    from spectrum_turn_processor import SpectrumTurnRolloutProcessor  # noqa: PLC0415
+    from spectrum_rft.rollouts.dataset import dataset_adapter, make_rows  # noqa: PLC0415
+    from spectrum_rft.rollouts.turn import SpectrumTurnRolloutProcessor  # noqa: PLC0415
 
     class NullLogger(DatasetLogger):
         def log(self, row):

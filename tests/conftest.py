@@ -16,7 +16,7 @@ import pytest
 from hypothesis import settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from spectrum_eval import OFFLINE_ENV  # noqa: E402
+from spectrum_rft.tools.evaluation import OFFLINE_ENV  # noqa: E402
 
 settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):

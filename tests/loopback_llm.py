@@ -115,7 +115,7 @@ def policy_responder(policy: str = "accumulate", text: str = "") -> Responder:
     root = Path(__file__).resolve().parent.parent
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
-    import spectrum_models  # noqa: PLC0415
+    from spectrum_rft.baselines import models as spectrum_models  # noqa: PLC0415
 
     def respond(request: dict) -> Reply:
         said, calls = spectrum_models.decide(policy, request.get("messages") or [], request.get("tools"))

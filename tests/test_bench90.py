@@ -17,21 +17,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import spectrum_bench90 as b9
-from spectrum_adapter import EnvConfig, SpectrumEnv, get_preset, tool_schemas
+from spectrum_rft.task import bench90 as sched
+from spectrum_rft.tools import bench90 as b9
+from spectrum_rft.task.environment import EnvConfig, SpectrumEnv, get_preset, tool_schemas
 
 ROOT = Path(__file__).resolve().parents[1]
-RUNS = range(b9.N_RUNS)
+RUNS = range(sched.N_RUNS)
 WIDE = tuple(range(1, 8))
 NARROW = tuple(range(8, 14))
 
 
 def canonical() -> list:
-    return [sc for s in range(len(b9.STAGES)) for sc in b9.stage_scans(s)]
+    return [sc for s in range(len(sched.STAGES)) for sc in sched.stage_scans(s)]
 
 
 def digest(run: int) -> str:
-    ep = b9.BENCH90.episode(run)
+    ep = sched.BENCH90.episode(run)
     text = json.dumps([[sc.note, list(sc.active), list(sc.detected), [list(p) for p in sc.peaks]] for sc in ep.scans])
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -47,21 +48,21 @@ def cli(*args: str) -> tuple[int, str]:
 
 
 def test_thirteen_channels_widths_and_centres():
-    ch = {c.number: c for c in b9.CHANNELS}
-    assert len(b9.CHANNELS) == 13 and sorted(ch) == list(range(1, 14))
+    ch = {c.number: c for c in sched.CHANNELS}
+    assert len(sched.CHANNELS) == 13 and sorted(ch) == list(range(1, 14))
     assert [ch[n].centre for n in WIDE] == [7.5 + 24 * k for k in range(7)]
     assert [ch[n].centre for n in NARROW] == [19.5 + 24 * k for k in range(6)]
     assert {ch[n].width for n in WIDE} == {15.0} and {ch[n].width for n in NARROW} == {5.0}
     # sorted by centre (the env's truth order), disjoint, inside the band
-    iv = [(c.centre - c.width / 2, c.centre + c.width / 2) for c in b9.CHANNELS]
+    iv = [(c.centre - c.width / 2, c.centre + c.width / 2) for c in sched.CHANNELS]
     assert iv == sorted(iv) and all(a[1] < b[0] for a, b in zip(iv, iv[1:]))
-    assert b9.BAND == (0.0, 168.0) and iv[0][0] >= 0 and iv[-1][1] <= 168
-    assert sum(c.width for c in b9.CHANNELS) == 135.0  # 33 MHz of the band is free
+    assert sched.BAND == (0.0, 168.0) and iv[0][0] >= 0 and iv[-1][1] <= 168
+    assert sum(c.width for c in sched.CHANNELS) == 135.0  # 33 MHz of the band is free
 
 
 def test_preset_wiring():
-    assert get_preset("bench90") is b9.BENCH90
-    p = b9.BENCH90
+    assert get_preset("bench90") is sched.BENCH90
+    p = sched.BENCH90
     assert (p.name, p.band, p.n_scans, p.report_width) == ("bench90", (0.0, 168.0), 90, None)
     env = SpectrumEnv(EnvConfig(preset="bench90", memory_mode="none", reward="avail_iou"))
     obs, info = env.reset(seed=0)
@@ -73,8 +74,8 @@ def test_preset_wiring():
 
 @pytest.mark.parametrize("run", RUNS)
 def test_truth_is_the_13_channels_in_every_run(run):
-    ep = b9.BENCH90.episode(run)
-    assert ep.truth == [(c.centre, c.width) for c in b9.CHANNELS]
+    ep = sched.BENCH90.episode(run)
+    assert ep.truth == [(c.centre, c.width) for c in sched.CHANNELS]
     assert ep.band == (0.0, 168.0) and ep.noise_floor == -60.0 and len(ep.scans) == 90
 
 
@@ -82,19 +83,19 @@ def test_truth_is_the_13_channels_in_every_run(run):
 
 
 def channels(scan) -> set[int]:
-    return {b9.CHANNELS[t].number for t in scan.active}
+    return {sched.CHANNELS[t].number for t in scan.active}
 
 
 @pytest.mark.parametrize("s", range(3))
 def test_stage_activity_sets_and_round_robin(s):
-    stage = b9.STAGES[s]
-    scans = b9.stage_scans(s)
+    stage = sched.STAGES[s]
+    scans = sched.stage_scans(s)
     assert len(scans) == 30 and {sc.note for sc in scans} == {stage.name}
     rr_counts: Counter = Counter()
     background = 0
     for i, sc in enumerate(scans):
         on = channels(sc)
-        rr = set(b9.round_robin(stage, i))
+        rr = set(sched.round_robin(stage, i))
         assert len(rr) == stage.n_active and rr <= on  # n_active distinct round-robin channels each scan
         assert on - rr <= set(stage.background)  # anything else is a background channel
         rr_counts.update(rr)
@@ -110,17 +111,17 @@ def test_stage_activity_sets_and_round_robin(s):
 
 
 def test_stage_facts():
-    names = [st.name for st in b9.STAGES]
+    names = [st.name for st in sched.STAGES]
     assert names == ["five_ch_wide", "five_plus_four_mixed", "full_grid_active"]
-    assert [st.seed for st in b9.STAGES] == [42, 43, 44]
-    assert [st.n_active for st in b9.STAGES] == [2, 3, 4]
-    assert [set(st.round_robin) for st in b9.STAGES] == [{1, 2, 3, 4, 5}, {1, 2, 3, 4, 5, 8, 9, 10, 11},
+    assert [st.seed for st in sched.STAGES] == [42, 43, 44]
+    assert [st.n_active for st in sched.STAGES] == [2, 3, 4]
+    assert [set(st.round_robin) for st in sched.STAGES] == [{1, 2, 3, 4, 5}, {1, 2, 3, 4, 5, 8, 9, 10, 11},
                                                           set(range(1, 14))]
-    assert [set(st.background) for st in b9.STAGES] == [set(range(6, 14)), {6, 7, 12, 13}, set()]
-    assert all(st.p_background == 0.1 for st in b9.STAGES[:2])
+    assert [set(st.background) for st in sched.STAGES] == [set(range(6, 14)), {6, 7, 12, 13}, set()]
+    assert all(st.p_background == 0.1 for st in sched.STAGES[:2])
     # the round-robin cycles in order: stage 1 scans 0, 1, 2 -> (1, 2), (3, 4), (5, 1)
-    assert [b9.round_robin(b9.STAGES[0], i) for i in range(3)] == [(1, 2), (3, 4), (5, 1)]
-    assert [len(channels(sc)) for sc in b9.stage_scans(2)] == [4] * 30
+    assert [sched.round_robin(sched.STAGES[0], i) for i in range(3)] == [(1, 2), (3, 4), (5, 1)]
+    assert [len(channels(sc)) for sc in sched.stage_scans(2)] == [4] * 30
 
 
 def test_peaks_follow_the_detector_model():
@@ -135,7 +136,7 @@ def test_peaks_follow_the_detector_model():
             assert all(isinstance(v, float) and round(v, 1) == v for v in (p.freq, p.power, p.width))
             assert 0.0 <= p.freq <= 168.0 and p.width >= 0.5
         for t in sc.detected:  # each detected channel has a peak near it (jitter 0.5 + 5 sigma)
-            c = b9.CHANNELS[t]
+            c = sched.CHANNELS[t]
             assert any(abs(p.freq - c.centre) <= 5.6 and p.width >= 1.0 for p in sc.peaks)
         n_active += len(sc.active)
         n_detected += len(sc.detected)
@@ -149,18 +150,18 @@ def test_peaks_follow_the_detector_model():
 
 def test_run0_is_canonical_and_runs_shuffle_within_stages():
     canon = canonical()
-    assert b9.run_order(0) == tuple(range(90))
-    orders = [b9.run_order(r) for r in RUNS]
+    assert sched.run_order(0) == tuple(range(90))
+    orders = [sched.run_order(r) for r in RUNS]
     assert len(set(orders)) == 5  # every run differs
     for r in RUNS:
-        ep = b9.BENCH90.episode(r)
+        ep = sched.BENCH90.episode(r)
         order = orders[r]
         for s in range(3):  # a permutation of each stage's own scans: boundaries at 30 and 60
             assert sorted(order[30 * s:30 * (s + 1)]) == list(range(30 * s, 30 * (s + 1)))
         for pos, sc in enumerate(ep.scans):
             src = canon[order[pos]]
             assert (sc.peaks, sc.active, sc.detected, sc.note) == (src.peaks, src.active, src.detected, src.note)
-            assert sc.note == b9.STAGES[b9.stage_of(pos)].name
+            assert sc.note == sched.STAGES[sched.stage_of(pos)].name
         if r:
             assert all(order[30 * s:30 * (s + 1)] != tuple(range(30 * s, 30 * (s + 1))) for s in range(3))
 
@@ -168,19 +169,19 @@ def test_run0_is_canonical_and_runs_shuffle_within_stages():
 @pytest.mark.parametrize("bad", [-1, 5, 2**40, True, 1.0, "0"])
 def test_seed_outside_the_runs_is_refused(bad):
     with pytest.raises(ValueError, match="run index"):
-        b9.BENCH90.episode(bad)
+        sched.BENCH90.episode(bad)
 
 
 def test_episodes_are_fresh_objects():
-    a, b = b9.BENCH90.episode(0), b9.BENCH90.episode(0)
+    a, b = sched.BENCH90.episode(0), sched.BENCH90.episode(0)
     a.scans[0].peaks.clear()
-    assert b.scans[0].peaks and b9.BENCH90.episode(0).scans[0].peaks
+    assert b.scans[0].peaks and sched.BENCH90.episode(0).scans[0].peaks
 
 
 def test_deterministic_across_processes():
-    code = ("import hashlib, json, spectrum_bench90 as b9\n"
+    code = ("import hashlib, json\nfrom spectrum_rft.task import bench90 as sched\n"
             "for r in range(5):\n"
-            "    ep = b9.BENCH90.episode(r)\n"
+            "    ep = sched.BENCH90.episode(r)\n"
             "    t = json.dumps([[sc.note, list(sc.active), list(sc.detected), [list(p) for p in sc.peaks]]"
             " for sc in ep.scans])\n"
             "    print(hashlib.sha256(t.encode()).hexdigest())\n")
@@ -193,9 +194,9 @@ def test_deterministic_across_processes():
 @settings(max_examples=40, deadline=None)
 @given(run=st.integers(0, 4), pos=st.integers(0, 89))
 def test_any_position_plays_a_scan_of_its_own_stage(run, pos):
-    sc = b9.BENCH90.episode(run).scans[pos]
-    src = b9.run_order(run)[pos]
-    assert b9.stage_of(src) == b9.stage_of(pos) and sc.note == b9.STAGES[pos // 30].name
+    sc = sched.BENCH90.episode(run).scans[pos]
+    src = sched.run_order(run)[pos]
+    assert sched.stage_of(src) == sched.stage_of(pos) and sc.note == sched.STAGES[pos // 30].name
 
 
 # ---- scoring -------------------------------------------------------------------------------------
@@ -208,7 +209,7 @@ def test_avail_iou_of_an_exact_channel_subset(subset, run):
     minus those channels, so available-IoU = 33 / (168 - their width) and occupied-IoU = width / 135."""
     env = SpectrumEnv(b9.env_config("stateless"))
     env.reset(seed=run)
-    chosen = [b9.CHANNELS[i] for i in sorted(subset)]
+    chosen = [sched.CHANNELS[i] for i in sorted(subset)]
     _, reward, _, _, info = env.step({"center_freqs": [c.centre for c in chosen],
                                       "bandwidths": [c.width for c in chosen]})
     w = sum(c.width for c in chosen)
@@ -295,7 +296,7 @@ def test_cli_refuses_bad_input(capsys):
 
 def test_dispatcher_and_wrapper():
     env = dict(os.environ)  # offline settings: conftest
-    p = subprocess.run([sys.executable, "-m", "spectrum_cli", "bench90", "--model", "spectrum/oracle", "--runs", "1",
+    p = subprocess.run([sys.executable, "-m", "spectrum_rft", "bench90", "--model", "spectrum/oracle", "--runs", "1",
                         "--json"], cwd=ROOT, env=env, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["mean_avail"] == 1.0
@@ -313,7 +314,7 @@ def test_dispatcher_and_wrapper():
 
 
 def test_bench_rows_pin_the_run():
-    from spectrum_adapter import env_for_row
+    from spectrum_rft.task.environment import env_for_row
 
     rows = b9.bench_rows("spectrum/oracle", "icl_notepad", 3)
     assert [r.input_metadata.row_id for r in rows] == [f"bench90-icl_notepad-run{i}" for i in range(3)]

@@ -3,7 +3,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spectrum_context_window import approx_tokens, is_scan_message, strip_think, window
+from spectrum_rft.task.window import approx_tokens, is_scan_message, strip_think, window
 
 SYS = {"role": "system", "content": "sys"}
 

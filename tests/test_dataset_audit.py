@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-import make_spectrum_dataset as mk
-from spectrum_adapter import EnvConfig, SpectrumEnv, env_for_row, row_config
-from spectrum_policies import audit, audit_checks, lookup_truth, make_policy, parse_scan, run_episode
+from spectrum_rft.rollouts import dataset as mk
+from spectrum_rft.task.environment import EnvConfig, SpectrumEnv, env_for_row, row_config
+from spectrum_rft.baselines.audit import audit, audit_checks, run_episode
+from spectrum_rft.baselines.policies import lookup_truth, make_policy, parse_scan
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -116,14 +117,14 @@ def test_reward_audit_seed_preset_reproduces_the_original_and_shows_the_carpet_e
 
 
 def test_audit_cli_json_shape():
-    r = subprocess.run([sys.executable, "-m", "spectrum_cli", "audit", "--preset", "seed", "--reward", "occ_iou",
+    r = subprocess.run([sys.executable, "-m", "spectrum_rft", "audit", "--preset", "seed", "--reward", "occ_iou",
                         "--episodes", "5", "--policies", "memoryless,accumulate,oracle,carpet-8", "--json"],
                        cwd=ROOT, capture_output=True, text=True, check=True)
     out = json.loads(r.stdout)
     assert set(out) == {"preset", "reward", "episodes", "policies"}
     assert set(out["policies"]["accumulate"]) == {"score", "memory_gain", "dormant_recall"}
     assert out["policies"]["oracle"]["score"] == 1.0
-    bad = subprocess.run([sys.executable, "-m", "spectrum_cli", "audit", "--policies", "wizard"], cwd=ROOT,
+    bad = subprocess.run([sys.executable, "-m", "spectrum_rft", "audit", "--policies", "wizard"], cwd=ROOT,
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown policy" in bad.stderr
 
@@ -131,7 +132,7 @@ def test_audit_cli_json_shape():
 def test_padding_a_good_report_with_blind_tiles_lowers_the_default_reward():
     """The default preset's exploit check: filling the unused slots of the accumulate report with evenly
     spaced tiles must not pay."""
-    from spectrum_policies import Accumulate
+    from spectrum_rft.baselines.policies import Accumulate
 
     env = SpectrumEnv(EnvConfig(preset="default", memory_mode="none"))
     plain, padded = [], []
@@ -154,7 +155,7 @@ def test_env_for_row_honours_an_explicit_seed_zero_included():
     env, seed = env_for_row("anything", {"environment_context": {"preset": "seed", "seed": 0}})
     assert seed == 0
     env, seed = env_for_row("r1", {"environment_context": {"preset": "seed"}})
-    from spectrum_adapter import seed_for_row
+    from spectrum_rft.task.environment import seed_for_row
 
     assert seed == seed_for_row("r1")
     with pytest.raises(ValueError, match="run index"):

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spectrum_adapter import (
+from spectrum_rft.task.environment import (
     EnvConfig,
     InvalidAction,
     SpectrumEnv,
@@ -43,7 +43,7 @@ def test_seed_for_row_is_stable_and_salted():
 
 def test_same_row_identical_across_processes_with_different_hashseeds():
     code = (
-        "import json; from spectrum_adapter import *; from spectrum_policies import run_episode\n"
+        "import json; from spectrum_adapter import *; from spectrum_rft.baselines.audit import run_episode\n"
         "env = SpectrumEnv(EnvConfig(memory_mode='scrambled'))\n"
         "obs, _ = env.reset(seed_for_row('row-7', 'salt'))\n"
         "ps = [obs['prompt']]\n"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from eval_protocol.models import EvaluationRow
 
-import spectrum_eval as se
+from spectrum_rft.tools import evaluation as se
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

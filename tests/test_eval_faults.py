@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-import spectrum_eval as se
+from spectrum_rft.tools import evaluation as se
 from loopback_llm import LoopbackLLM, chat_response, policy_responder
 
 _SCAN = re.compile(r"^Scan (\d+)/(\d+) \| band ", re.M)
@@ -367,7 +367,7 @@ def test_a_local_model_server_that_dies_aborts_the_run(offline_env, tmp_path, ca
     server dead, the run stops, keeps the finished row and prints the message (exit 1)."""
     import contextlib
 
-    import spectrum_local
+    from spectrum_rft.tools import local_llm as spectrum_local
 
     tmp_root = tmp_path / "tmp"
     tmp_root.mkdir()
@@ -424,7 +424,7 @@ def test_ctrl_c_keeps_the_finished_row_and_exits_130(offline_env, tmp_path):
     model = FirstRowThenHang()
     server = LoopbackLLM(model).start()
     env = {**os.environ, "TMPDIR": str(tmp_root)}
-    proc = subprocess.Popen([sys.executable, "-m", "spectrum_cli", "eval", "--model", "openai/x", "--api-base",
+    proc = subprocess.Popen([sys.executable, "-m", "spectrum_rft", "eval", "--model", "openai/x", "--api-base",
                              server.base_url, "--rows", "2", "--concurrency", "1", "--out", str(out),
                              "--no-progress"], cwd=se.ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)

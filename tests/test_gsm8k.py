@@ -7,7 +7,7 @@ import json
 import pytest
 from hypothesis import given, settings, strategies as st
 
-import spectrum_gsm8k as gsm
+from spectrum_rft.training import gsm8k as gsm
 
 
 @pytest.mark.parametrize("raw, want", [

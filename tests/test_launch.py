@@ -20,7 +20,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-import spectrum_launch as sl
+from spectrum_rft.tools import launch as sl
 
 FAKE_KEY = "fw-test-KEY-4b1d9e0c77aa"  # set only inside this test process
 FAKE_WANDB = "wandb-test-KEY-93ff01"

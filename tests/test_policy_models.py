@@ -7,9 +7,9 @@ import json
 import litellm
 import pytest
 
-import spectrum_models
-from make_spectrum_dataset import dataset_adapter, make_rows
-from spectrum_adapter import EnvConfig, SpectrumEnv, env_for_row
+from spectrum_rft.baselines import models as spectrum_models
+from spectrum_rft.rollouts.dataset import dataset_adapter, make_rows
+from spectrum_rft.task.environment import EnvConfig, SpectrumEnv, env_for_row
 
 
 @pytest.fixture(autouse=True, scope="module")

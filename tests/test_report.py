@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import spectrum_report as rp
+from spectrum_rft.tools import report as rp
 
 ROOT = Path(__file__).resolve().parent.parent
 N_ROWS, N_EPOCHS, N_ROLLOUTS = 3, 4, 2
@@ -50,9 +50,9 @@ def local_rows(memory_mode: str, *, learn: bool, n: int = N_ROWS, epochs: int = 
     memory-using policy grows with the epoch (a training curve); otherwise every rollout is memoryless."""
     from eval_protocol.models import EvaluateResult, EvaluationRow, Status
 
-    from make_spectrum_dataset import make_rows, to_evaluation_row_dict
-    from spectrum_adapter import env_for_row
-    from spectrum_policies import run_episode
+    from spectrum_rft.rollouts.dataset import make_rows, to_evaluation_row_dict
+    from spectrum_rft.task.environment import env_for_row
+    from spectrum_rft.baselines.audit import run_episode
 
     out = []
     for raw in make_rows(n, prompt="explicit", memory_mode=memory_mode, epochs=epochs):
@@ -251,7 +251,7 @@ def test_logs_db(tmp_path, capsys):
 def test_spectrum_eval_out_folder(tmp_path, capsys):
     """The layout of ``spectrum-rft eval --out DIR``: dataset.jsonl (inputs), rows.jsonl (every model's
     scored rows), summary.json. One run per model; the input rows are not results."""
-    from make_spectrum_dataset import make_rows, write_jsonl as write_raw
+    from spectrum_rft.rollouts.dataset import make_rows, write_jsonl as write_raw
 
     d = tmp_path / "eval"
     d.mkdir()
@@ -471,7 +471,7 @@ def test_report_on_the_turn_entry(tmp_path, capsys):
     """Run ``test_spectrum_turn.py`` (default scripted model, no network) through pytest on a 2 rows x 3
     epochs dataset with ``--ep-jsonl-path``; report on the experiment JSONL it writes and on the sqlite
     store it fills (HOME is a temporary folder: the real ~/.eval_protocol is not touched)."""
-    from make_spectrum_dataset import make_rows, to_evaluation_row_dict
+    from spectrum_rft.rollouts.dataset import make_rows, to_evaluation_row_dict
 
     ds = tmp_path / "ds.jsonl"
     write_jsonl(ds, [to_evaluation_row_dict(r) for r in make_rows(2, prompt="explicit", memory_mode="scaffold",

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import spectrum_reward as sr
+from spectrum_rft.task import reward as sr
 
 BAND = (0.0, 100.0)
 

@@ -26,13 +26,13 @@ from eval_protocol.dataset_logger.dataset_logger import DatasetLogger  # noqa: E
 from eval_protocol.pytest.evaluation_test_utils import rollout_processor_with_retry  # noqa: E402
 from eval_protocol.pytest.types import RolloutProcessorConfig  # noqa: E402
 
-import spectrum_mcp_processor as smp  # noqa: E402
+from spectrum_rft.rollouts import mcp_client as smp  # noqa: E402
 from loopback_llm import (LoopbackLLM, calls_this_scan, chat_response, ok, policy_responder,  # noqa: E402
                           scan_number, tool_call)
-from make_spectrum_dataset import dataset_adapter, make_rows  # noqa: E402
-from spectrum_adapter import env_for_row  # noqa: E402
-from spectrum_eval_result import evaluate_row  # noqa: E402
-from spectrum_turn_processor import (ARGS_PREVIEW_CHARS, FAILURE_CAUSES, MODEL_FAILURE,  # noqa: E402
+from spectrum_rft.rollouts.dataset import dataset_adapter, make_rows  # noqa: E402
+from spectrum_rft.task.environment import env_for_row  # noqa: E402
+from spectrum_rft.rollouts.row_result import evaluate_row  # noqa: E402
+from spectrum_rft.rollouts.turn import (ARGS_PREVIEW_CHARS, FAILURE_CAUSES, MODEL_FAILURE,  # noqa: E402
                                      SpectrumTurnRolloutProcessor)
 
 N_SCANS = 12

@@ -12,7 +12,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-import spectrum_train_loss as L  # noqa: E402
+from spectrum_rft.training import loss as L  # noqa: E402
 
 KINDS = ("pg", "is", "tis", "mis")
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-import spectrum_gsm8k
-import spectrum_train as T
-import spectrum_train_report as R
+from spectrum_rft.training import gsm8k as spectrum_gsm8k
+from spectrum_rft.training import trainer as T
+from spectrum_rft.training import report as R
 
 # One torch thread: on a shared 2-core runner more threads oversubscribe and run several times slower.
 TINY = ["--steps", "2", "--group", "2", "--micro-batch", "4", "--eval-every", "2", "--no-progress", "--threads", "1"]
@@ -30,7 +30,7 @@ def check_run_dir(run: Path, steps: int, eval_steps: list[int], n_eval: int, met
     config = json.loads((run / "config.json").read_text())
     assert config["steps"] == steps and config["arm"] and config["model_provenance"]["model"]
     rev = json.loads((run / "code_revision.json").read_text())
-    assert set(rev["file_sha256"]) >= {"spectrum_train.py", "spectrum_train_loss.py"}
+    assert set(rev["file_sha256"]) >= {"spectrum_rft/training/trainer.py", "spectrum_rft/training/loss.py"}
     assert "git_head" in rev and "dirty" in rev
     metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == list(range(1, steps + 1))

@@ -24,11 +24,11 @@ from eval_protocol.pytest.types import RolloutProcessorConfig  # noqa: E402
 
 from loopback_llm import (LoopbackLLM, calls_this_scan, chat_response, ok, policy_responder,  # noqa: E402
                           scan_number, sequence, tool_call)
-from make_spectrum_dataset import dataset_adapter, make_rows  # noqa: E402
-from spectrum_adapter import env_for_row  # noqa: E402
-from spectrum_eval_result import evaluate_row  # noqa: E402
-from spectrum_adapter import EXTRA_SUBMIT  # noqa: E402
-from spectrum_turn_processor import NUDGE, SpectrumTurnRolloutProcessor, _Stats  # noqa: E402
+from spectrum_rft.rollouts.dataset import dataset_adapter, make_rows  # noqa: E402
+from spectrum_rft.task.environment import env_for_row  # noqa: E402
+from spectrum_rft.rollouts.row_result import evaluate_row  # noqa: E402
+from spectrum_rft.task.environment import EXTRA_SUBMIT  # noqa: E402
+from spectrum_rft.rollouts.turn import NUDGE, SpectrumTurnRolloutProcessor, _Stats  # noqa: E402
 
 N_SCANS = 12
 

@@ -31,8 +31,8 @@ from typing import Any
 import litellm
 from litellm import CustomLLM, ModelResponse
 
-import spectrum_policies as sp
-from spectrum_context_window import is_scan_message, report_call_ids
+from spectrum_rft.baselines import policies as sp
+from spectrum_rft.task.window import is_scan_message, report_call_ids
 
 PROVIDER = "spectrum"
 _NUM = re.compile(r"-?\d+(?:\.\d+)?")

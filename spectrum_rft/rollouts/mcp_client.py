@@ -68,11 +68,11 @@ from eval_protocol.pytest.types import RolloutProcessorConfig
 from eval_protocol.pytest.utils import normalize_fireworks_model_for_litellm
 from eval_protocol.types import MCPToolCall
 
-from spectrum_adapter import row_config, tool_schemas
-import spectrum_models
-from spectrum_context_window import window
-from spectrum_local import stop_process  # stdlib only
-from spectrum_turn_processor import (backoff_delay, endpoint_of, failure_cause, failure_detail, mark_model_failure,
+from spectrum_rft.task.environment import row_config, tool_schemas
+from spectrum_rft.baselines import models as spectrum_models
+from spectrum_rft.task.window import window
+from spectrum_rft.common.processes import free_port, stop_process
+from spectrum_rft.rollouts.turn import (backoff_delay, endpoint_of, failure_cause, failure_detail, mark_model_failure,
                                      stored_arguments)
 
 # Kept in sync with spectrum_mcp (imported lazily there: the server module is heavier than needed here).
@@ -81,7 +81,7 @@ TURN_END_KEY = "spectrum/turn_end"
 INITIAL_STATE_URI = "spectrum://initial_state"
 FINISH_URI = "spectrum://finish/{reason}"
 
-SERVER_SCRIPT = str(Path(__file__).resolve().parent / "spectrum_server.py")
+SERVER_SCRIPT = str(Path(__file__).resolve().parent / "server_main.py")  # or the root's spectrum_server.py
 
 
 # --------------------------------------------------------------------------------------------------
@@ -353,12 +353,6 @@ class SpectrumPolicy(LiteLLMPolicy):
 # --------------------------------------------------------------------------------------------------
 # Server lifecycle
 # --------------------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class SpectrumServer:

@@ -8,15 +8,15 @@ import sys
 
 # name -> ("module:function taking argv", one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "audit": ("spectrum_policies:audit_main", "reward audit: scripted policies vs a preset and reward"),
-    "dataset": ("make_spectrum_dataset:main", "write a dataset (same as make_spectrum_dataset.py)"),
-    "eval": ("spectrum_eval:main", "run the evaluator offline on baseline policies or a model"),
-    "serve-local": ("spectrum_local:main", "serve SmolLM2-135M with llama.cpp on 127.0.0.1"),
-    "bench90": ("spectrum_bench90:main", "evaluate a model on the CLBench-style 90-scan schedule"),
-    "launch": ("spectrum_launch:main", "launch a Fireworks RFT job (dataset, evaluator, job)"),
-    "report": ("spectrum_report:main", "per-epoch analysis of evaluated rows"),
-    "train": ("spectrum_train:main", "local GRPO trainer (LoRA, score centring)"),
-    "train-report": ("spectrum_train_report:main", "compare training runs: peak/final accuracy, verdict"),
+    "audit": ("spectrum_rft.baselines.audit:main", "reward audit: scripted policies vs a preset and reward"),
+    "dataset": ("spectrum_rft.rollouts.dataset:main", "write a dataset (same as make_spectrum_dataset.py)"),
+    "eval": ("spectrum_rft.tools.evaluation:main", "run the evaluator offline on baseline policies or a model"),
+    "serve-local": ("spectrum_rft.tools.local_llm:main", "serve SmolLM2-135M with llama.cpp on 127.0.0.1"),
+    "bench90": ("spectrum_rft.tools.bench90:main", "evaluate a model on the CLBench-style 90-scan schedule"),
+    "launch": ("spectrum_rft.tools.launch:main", "launch a Fireworks RFT job (dataset, evaluator, job)"),
+    "report": ("spectrum_rft.tools.report:main", "per-epoch analysis of evaluated rows"),
+    "train": ("spectrum_rft.training.trainer:main", "local GRPO trainer (LoRA, score centring)"),
+    "train-report": ("spectrum_rft.training.report:main", "compare training runs: peak/final accuracy, verdict"),
 }
 
 
@@ -36,13 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"spectrum-rft: unknown command {cmd!r}\n\n{usage()}", file=sys.stderr)
         return 2
     module, func = COMMANDS[cmd][0].split(":")
-    try:
-        mod = importlib.import_module(module)
-    except ModuleNotFoundError as e:
-        if e.name == module:
-            print(f"spectrum-rft {cmd}: not available in this checkout ({module}.py is missing)", file=sys.stderr)
-            return 2
-        raise
+    mod = importlib.import_module(module)
     try:
         return int(getattr(mod, func)(rest) or 0)
     except KeyboardInterrupt:  # a command that does not handle Ctrl-C itself: one line, no traceback

@@ -60,13 +60,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from spectrum_local import LocalServerError  # stdlib only: cheap
+from spectrum_rft.common.processes import stop_process_group
+from spectrum_rft.tools.entries import ENTRIES, PROJECT_ROOT
+from spectrum_rft.tools.local_llm import LocalServerError  # stdlib only: cheap
 
-ROOT = Path(__file__).resolve().parent
-ENTRIES: dict[str, tuple[str, str]] = {
-    "turn": ("test_spectrum_turn.py", "test_spectrum_turn"),  # in-process SpectrumTurnRolloutProcessor
-    "mcp": ("test_spectrum_rft.py", "test_spectrum_rft"),  # McpGym server + eval-protocol's MCP processor
-}
+ROOT = PROJECT_ROOT  # the evaluation entries live there
 DEFAULT_LADDER = ("memoryless", "accumulate", "oracle")
 METRICS = ("score", "mean_occ", "mean_avail", "memory_gain", "dormant_recall", "scans_skipped")
 POLICY_PREFIX = "spectrum/"
@@ -106,7 +104,7 @@ class ModelSpec:
 
 
 def _is_policy_name(name: str) -> bool:
-    import spectrum_policies as sp  # noqa: PLC0415
+    from spectrum_rft.baselines import policies as sp  # noqa: PLC0415
 
     try:
         sp.make_policy(name)
@@ -180,7 +178,7 @@ def pytest_configure(config: Any) -> None:
         return
     import functools  # noqa: PLC0415
 
-    import spectrum_eval_result  # noqa: PLC0415
+    from spectrum_rft.rollouts import row_result as spectrum_eval_result  # noqa: PLC0415
 
     inner = spectrum_eval_result.evaluate_row
     if getattr(inner, "_spectrum_streamed", False):
@@ -239,7 +237,7 @@ def entry_command(path: str, specs: Sequence[ModelSpec], dataset: Path, rows: in
     """``python -m pytest <entry> --ep-completion-params ... (once per model) ...``: one test item per model."""
     entry_file, entry_fn = ENTRIES[path]
     cmd = [sys.executable, "-m", "pytest", f"{entry_file}::{entry_fn}", "-q", "-p", "no:cacheprovider",
-           "-p", "spectrum_eval", "--rootdir", str(ROOT), "--no-header", "--capture=sys"]
+           "-p", "spectrum_rft.tools.evaluation", "--rootdir", str(ROOT), "--no-header", "--capture=sys"]
     for spec in specs:
         cmd += ["--ep-completion-params", json.dumps(spec.params, sort_keys=True)]
     return cmd + ["--ep-jsonl-path", str(dataset), "--ep-max-rows", str(rows),
@@ -328,34 +326,6 @@ def assign_rows(rows: Sequence[dict], specs: Sequence[ModelSpec]) -> dict[str, l
     return by_model
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
-
-
-def stop_process_group(proc: subprocess.Popen, grace: float = 15.0) -> None:
-    """Stop a child started with ``start_new_session=True`` and everything in its process group:
-    SIGTERM, then SIGKILL after ``grace`` seconds. A no-op when the group is already gone."""
-    pgid = proc.pid
-    if proc.poll() is None or _group_alive(pgid):
-        try:
-            os.killpg(pgid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and (proc.poll() is None or _group_alive(pgid)):
-            time.sleep(0.1)
-        if proc.poll() is None or _group_alive(pgid):
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    proc.wait()
-
-
 Watchdog = Callable[[], "str | None"]
 WATCHDOG_POLL_S = 0.5
 
@@ -420,6 +390,9 @@ def _wait_child(proc: subprocess.Popen, timeout: float | None,
                 return "aborted", msg
     except KeyboardInterrupt:
         return "interrupted", None
+
+
+
 
 
 def run_models(path: str, specs: Sequence[ModelSpec], dataset: Path, rows: int, *, concurrency: int,
@@ -858,9 +831,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from spectrum_adapter import MEMORY_MODES  # noqa: PLC0415
+    from spectrum_rft.task.environment import MEMORY_MODES  # noqa: PLC0415
 
-    from spectrum_adapter import PROMPT_VARIANTS  # noqa: PLC0415
+    from spectrum_rft.task.environment import PROMPT_VARIANTS  # noqa: PLC0415
 
     ap = _Parser(
         prog="spectrum-rft eval",
@@ -901,7 +874,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def write_dataset(path: Path, n: int, *, preset: str, memory_mode: str | None, reward: str, prompt: str,
                   salt: str, max_calls_per_scan: int | None) -> Path:
-    from make_spectrum_dataset import make_rows, write_jsonl  # noqa: PLC0415
+    from spectrum_rft.rollouts.dataset import make_rows, write_jsonl  # noqa: PLC0415
 
     rows = make_rows(n, prompt=prompt, memory_mode=memory_mode, preset=preset, reward=reward, salt=salt,
                      prefix="eval")
@@ -926,8 +899,8 @@ def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset:
     ``stopped`` (``"timeout"``, ``"interrupted"``, ``"aborted"``), ``aborted`` (the watchdog's message),
     ``cut_off`` (the models with unfinished rows) and, per model, ``rows_unfinished`` and
     ``unfinished_row_ids``. A local model server started here is watched too (it exiting aborts the run)."""
-    from make_spectrum_dataset import default_memory_mode  # noqa: PLC0415
-    from spectrum_adapter import EnvConfig  # noqa: PLC0415
+    from spectrum_rft.rollouts.dataset import default_memory_mode  # noqa: PLC0415
+    from spectrum_rft.task.environment import EnvConfig  # noqa: PLC0415
 
     memory_mode = memory_mode or default_memory_mode(prompt)
     EnvConfig(preset=preset, memory_mode=memory_mode, reward=reward, prompt=prompt,  # validate before any work
@@ -943,7 +916,7 @@ def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset:
     with ExitStack() as stack:
         for i, spec in enumerate(specs):
             if spec.local:
-                from spectrum_local import local_server  # noqa: PLC0415
+                from spectrum_rft.tools.local_llm import local_server  # noqa: PLC0415
 
                 bar.model(i, "local: starting llama.cpp")
                 server = stack.enter_context(local_server())

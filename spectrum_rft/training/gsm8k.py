@@ -29,7 +29,7 @@ _NUMBER = re.compile(r"-?\$?\s*(?:\d[\d,]*(?:\.\d*)?|\.\d+)")
 
 def default_data_dir() -> Path:
     """``shared/data/gsm8k`` beside the repository (the checkout's parent folder holds ``shared/``)."""
-    return Path(__file__).resolve().parent.parent / "shared" / "data" / "gsm8k"
+    return Path(__file__).resolve().parents[3] / "shared" / "data" / "gsm8k"
 
 
 def normalize(text: Any) -> str | None:

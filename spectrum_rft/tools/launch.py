@@ -274,8 +274,8 @@ def build_tarball(project_dir: Path, files: list[str]) -> bytes:
 
 def build_plan(a: argparse.Namespace, env: dict[str, str] | None = None) -> Plan:
     """Validate options and decide every id, file and request body. Writes the dataset file."""
-    import make_spectrum_dataset as msd  # noqa: PLC0415
-    from spectrum_adapter import MEMORY_MODES  # noqa: PLC0415
+    from spectrum_rft.rollouts import dataset as msd  # noqa: PLC0415
+    from spectrum_rft.task.environment import MEMORY_MODES  # noqa: PLC0415
 
     env = dict(os.environ if env is None else env)
     arm = ARMS[a.arm]

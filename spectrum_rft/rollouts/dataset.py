@@ -1,0 +1,135 @@
+"""Dataset generator and the dataset adapter both evaluation entries use.
+
+    python make_spectrum_dataset.py --n 48 --out data/x.jsonl [--prompt explicit|weak|notepad-vague|notepad-explicit]
+        [--memory-mode M] [--preset P] [--reward R] [--no-think/--think] [--epochs K] [--salt S]
+        [--format raw|evaluation-row]
+
+A row carries everything the environment needs in ``dataset_info["environment_context"]`` (preset, memory
+mode, reward, prompt variant, think flag, salt, and the derived seed), so nothing about an episode depends
+on process state. ``--epochs K`` writes K x n rows with distinct ids (``e03-r0017``): K epochs of
+never-repeating bands, reproducibly. ``--salt process`` keeps the original experiment's per-process salt
+for replication (the salt actually used is reported in each row's metrics).
+
+Two formats: ``raw`` (compact: id, system prompt, environment context) and ``evaluation-row``
+(eval-protocol's EvaluationRow JSON, what ``ep create rft`` / ``spectrum-rft launch`` upload).
+:func:`dataset_adapter` accepts either.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Iterable
+
+from spectrum_rft.task.environment import MEMORY_MODES, PRESETS, PROMPT_VARIANTS, EnvConfig, env_for_row, row_seed
+from spectrum_rft.baselines.policies import register_truth
+
+USER_PROMPT_TEMPLATE = "{observation}"
+FIRST_USER_MESSAGE = "Begin monitoring. The first scan follows."
+
+
+def default_memory_mode(prompt: str) -> str:
+    return "notepad" if prompt.startswith("notepad") else "scaffold"
+
+
+def make_rows(n: int, *, prompt: str = "explicit", memory_mode: str | None = None, preset: str = "default",
+              reward: str = "default", think: bool = False, epochs: int = 1, salt: str = "",
+              prefix: str = "spectrum") -> list[dict]:
+    """Raw rows: ``{"id", "system_prompt", "user_prompt_template", "environment_context"}``."""
+    cfg = EnvConfig(preset=preset, memory_mode=memory_mode or default_memory_mode(prompt), reward=reward,
+                    prompt=prompt, think=think, salt=salt)
+    from spectrum_rft.task.environment import render_system_prompt  # noqa: PLC0415
+
+    system = render_system_prompt(cfg)
+    rows = []
+    for e in range(epochs):
+        for i in range(n):
+            row_id = f"{prefix}-e{e:02d}-r{i:04d}" if epochs > 1 else f"{prefix}-r{i:04d}"
+            ctx = {**cfg.to_dict(), "row_id": row_id, "epoch": e}
+            if salt != "process":
+                ctx["seed"] = row_seed(row_id, cfg)
+            rows.append({"id": row_id, "system_prompt": system, "user_prompt_template": USER_PROMPT_TEMPLATE,
+                         "environment_context": ctx})
+    return rows
+
+
+def to_evaluation_row_dict(raw: dict) -> dict:
+    """A raw row as EvaluationRow JSON (system message + an opening user message)."""
+    return {
+        "messages": [{"role": "system", "content": raw["system_prompt"]},
+                     {"role": "user", "content": FIRST_USER_MESSAGE}],
+        "input_metadata": {
+            "row_id": raw["id"],
+            "dataset_info": {"user_prompt_template": raw.get("user_prompt_template", USER_PROMPT_TEMPLATE),
+                             "environment_context": raw["environment_context"]},
+        },
+    }
+
+
+def dataset_adapter(rows: Iterable[dict]) -> list:
+    """Raw rows or EvaluationRow-format rows -> ``EvaluationRow`` objects (row ids preserved)."""
+    from eval_protocol.models import EvaluationRow  # noqa: PLC0415
+
+    out = []
+    for i, r in enumerate(rows):
+        if isinstance(r, EvaluationRow):
+            out.append(r)
+            continue
+        if not isinstance(r, dict):
+            raise TypeError(f"dataset row {i}: expected an object, got {type(r).__name__}")
+        if "messages" in r and "input_metadata" in r:
+            out.append(EvaluationRow.model_validate(r))
+        elif "id" in r and "environment_context" in r:
+            out.append(EvaluationRow.model_validate(to_evaluation_row_dict(r)))
+        else:
+            raise ValueError(f"dataset row {i}: neither a raw spectrum row (id, environment_context) nor an "
+                             "EvaluationRow (messages, input_metadata)")
+    for row in out:  # the privileged oracle model looks bands up by scan content
+        env, seed = env_for_row(row.input_metadata.row_id or "", row.input_metadata.dataset_info)
+        env.reset(seed)
+        register_truth(env)
+    return out
+
+
+def write_jsonl(rows: Iterable[dict], path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        for r in rows:
+            f.write(json.dumps(r, separators=(",", ":")) + "\n")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="make_spectrum_dataset.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--n", type=int, default=48, help="rows per epoch")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--prompt", choices=PROMPT_VARIANTS, default="explicit")
+    ap.add_argument("--memory-mode", choices=MEMORY_MODES, default=None,
+                    help="default: notepad for notepad prompts, else scaffold")
+    ap.add_argument("--preset", default="default", help=f"one of {', '.join(PRESETS)} (or bench90)")
+    ap.add_argument("--reward", default="default")
+    ap.add_argument("--think", action=argparse.BooleanOptionalAction, default=False)
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--salt", default="", help="band salt; 'process' = fresh per process (replication only)")
+    ap.add_argument("--prefix", default="spectrum", help="row id prefix")
+    ap.add_argument("--format", choices=("raw", "evaluation-row"), default="raw")
+    a = ap.parse_args(argv)
+    if a.n < 1 or a.epochs < 1:
+        ap.error("--n and --epochs must be >= 1")
+    try:
+        rows = make_rows(a.n, prompt=a.prompt, memory_mode=a.memory_mode, preset=a.preset, reward=a.reward,
+                         think=a.think, epochs=a.epochs, salt=a.salt, prefix=a.prefix)
+    except ValueError as e:
+        ap.error(str(e))
+    if a.format == "evaluation-row":
+        rows = [to_evaluation_row_dict(r) for r in rows]
+    path = write_jsonl(rows, a.out)
+    print(f"wrote {len(rows)} rows to {path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

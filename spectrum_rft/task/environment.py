@@ -1,0 +1,625 @@
+"""The spectrum environment: one fixed, unknown band watched through a series of noisy, sparse scans.
+
+Every rule of the task lives here (what a scan shows, what each tool does, when a scan is skipped, when
+the episode ends); the two rollout paths (MCP server, in-process processor) are thin transports around
+:class:`SpectrumEnv`. Gymnasium-shaped::
+
+    env = SpectrumEnv(EnvConfig(preset="default", memory_mode="scaffold", reward="default"))
+    obs, info = env.reset(seed=seed_for_row("row-0007"))
+    obs, reward, terminated, truncated, info = env.step({"center_freqs": [41.5, 97.0]})
+
+One seed drives one ``numpy.random.Generator`` that draws the band *and* the whole scan sequence at
+``reset`` (so every rollout of a row sees byte-identical prompts in every process). The scrambled echo of
+the control arm uses a second stream derived from the same seed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from bisect import bisect_left
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+import jinja2
+import numpy as np
+
+from spectrum_rft.task import reward as sr
+from spectrum_rft.task.episode import Episode, Peak, Preset, Scan  # noqa: F401 (re-exported)
+from spectrum_rft.task.presets import PRESETS, RoundRobinPreset, get_preset  # noqa: F401
+from spectrum_rft.task.seeding import resolve_salt, seed_for_row
+
+MemoryMode = Literal["none", "icl", "notepad", "scaffold", "scrambled", "icl_notepad"]
+# icl_notepad is CLBench's: context cleared every scan, a notepad shown with each scan that the model
+# replaces through submit_report's ``notepad_update`` field.
+MEMORY_MODES: tuple[str, ...] = ("none", "icl", "notepad", "scaffold", "scrambled", "icl_notepad")
+PROMPT_VARIANTS: tuple[str, ...] = ("explicit", "weak", "notepad-vague", "notepad-explicit")
+TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
+
+
+# --------------------------------------------------------------------------------------------------
+# Configuration, tools, rendering
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """Everything that defines an episode besides its seed. Travels with the dataset row."""
+
+    preset: str = "default"
+    memory_mode: str = "scaffold"
+    reward: str = "default"
+    prompt: str = "explicit"
+    think: bool = False  # False appends Qwen3's /no_think to the system prompt
+    salt: str = ""
+    max_calls_per_scan: int = 4  # model calls per scan before it is skipped (notepad calls count)
+    notepad_chars: int = 2000
+    carry_tolerance: float = 4.0  # MHz: a previous region is "kept" if a new centre lies this close
+
+    def __post_init__(self) -> None:
+        get_preset(self.preset)
+        if self.memory_mode not in MEMORY_MODES:
+            raise ValueError(f"unknown memory_mode {self.memory_mode!r}; choose one of {', '.join(MEMORY_MODES)}")
+        sr.check_reward(self.reward)
+        if self.prompt not in PROMPT_VARIANTS:
+            raise ValueError(f"unknown prompt {self.prompt!r}; choose one of {', '.join(PROMPT_VARIANTS)}")
+        if self.max_calls_per_scan < 1:
+            raise ValueError("max_calls_per_scan must be >= 1")
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> "EnvConfig":
+        """Build from a dataset row's ``dataset_info`` (unknown keys ignored)."""
+        d = d or {}
+        names = cls.__dataclass_fields__.keys()
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def tool_schemas(memory_mode: str, preset: str = "default") -> list[dict]:
+    """OpenAI function-calling schemas for a memory mode. The single definition both paths use."""
+    p = get_preset(preset)
+    lo, hi = p.band
+    report_props: dict[str, Any] = {
+        "center_freqs": {
+            "type": "array",
+            "items": {"type": "number"},
+            "maxItems": p.max_regions,
+            "description": f"Centre frequency in MHz of every occupied region ({lo:g}-{hi:g} MHz, at most "
+            f"{p.max_regions}).",
+        },
+        "bandwidths": {
+            "type": "array",
+            "items": {"type": "number"},
+            "description": "Optional: bandwidth in MHz of each region, same length as center_freqs."
+            + (f" Ignored on this band: every region is {p.report_width:g} MHz wide." if p.report_width else ""),
+        },
+    }
+    if memory_mode == "icl_notepad":
+        report_props["notepad_update"] = {
+            "type": "string",
+            "description": "Optional: replaces your notepad, which is shown to you with every later scan "
+            "(your only memory across scans).",
+        }
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "submit_report",
+                "description": "Report the occupied regions of the band for the current scan. Ends the scan.",
+                "parameters": {"type": "object", "properties": report_props, "required": ["center_freqs"]},
+            },
+        }
+    ]
+    if memory_mode == "notepad":
+        tools += [
+            {
+                "type": "function",
+                "function": {
+                    "name": "notepad_read",
+                    "description": "Read your notepad. It persists across scans.",
+                    "parameters": {"type": "object", "properties": {}},
+                },
+            },
+            {
+                "type": "function",
+                "function": {
+                    "name": "notepad_write",
+                    "description": "Replace the whole notepad with `text` (it persists across scans).",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"text": {"type": "string", "description": "The new notepad content."}},
+                        "required": ["text"],
+                    },
+                },
+            },
+        ]
+    return tools
+
+
+@lru_cache(maxsize=1)
+def _templates() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
+        autoescape=False,
+        keep_trailing_newline=False,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    env.filters["mhz"] = lambda x: f"{x:.1f}"
+    return env
+
+
+def render_system_prompt(config: EnvConfig) -> str:
+    p = get_preset(config.preset)
+    return _templates().get_template("system.j2").render(
+        variant=config.prompt,
+        memory_mode=config.memory_mode,
+        band=p.band,
+        n_scans=p.n_scans,
+        max_regions=p.max_regions,
+        report_width=p.report_width,
+        think=config.think,
+    ).strip()
+
+
+# --------------------------------------------------------------------------------------------------
+# Actions
+# --------------------------------------------------------------------------------------------------
+
+
+class InvalidAction(ValueError):
+    """A report the environment refuses; the message is written for the model."""
+
+
+def _number_list(name: str, value: Any) -> list[float]:
+    if not isinstance(value, (list, tuple)):
+        raise InvalidAction(f"{name} must be a list of numbers, got {type(value).__name__}")
+    if all(type(v) is float or type(v) is int for v in value) and all(map(math.isfinite, value)):
+        return [float(v) for v in value]  # the common case, checked in bulk
+    out = []
+    for i, v in enumerate(value):
+        if not sr.is_finite_number(v):
+            shown = repr(v)
+            shown = shown if len(shown) <= 40 else shown[:37] + "..."
+            raise InvalidAction(f"{name}[{i}] must be a finite number, got {shown}")
+        out.append(float(v))
+    return out
+
+
+def parse_report(action: Any, preset: Preset) -> tuple[list[float], list[float]]:
+    """Validate a report; return (centres, widths). Raises :class:`InvalidAction` with a clear message.
+
+    An invalid report is refused as a whole (nothing is scored, the scan stays open, the model may try
+    again within its call budget). JSON strings are accepted, since models send tool arguments as text.
+    """
+    if isinstance(action, (str, bytes)):
+        try:
+            action = json.loads(action)
+        except (ValueError, RecursionError) as e:
+            raise InvalidAction(f"arguments are not valid JSON: {str(e)[:80]}") from None
+    if not isinstance(action, dict):
+        raise InvalidAction(f"arguments must be an object with center_freqs, got {type(action).__name__}")
+    if "center_freqs" not in action:
+        raise InvalidAction("missing required argument center_freqs (a list of centre frequencies in MHz)")
+    raw = action["center_freqs"]
+    if isinstance(raw, (list, tuple)) and len(raw) > preset.max_regions:
+        raise InvalidAction(f"too many regions: {len(raw)} > {preset.max_regions}; merge or drop some")
+    centres = _number_list("center_freqs", raw)
+    lo, hi = preset.band
+    if centres and not (lo <= min(centres) and max(centres) <= hi):
+        i, c = next((i, c) for i, c in enumerate(centres) if not lo <= c <= hi)
+        raise InvalidAction(f"center_freqs[{i}] = {c:g} MHz is outside the band {lo:g}-{hi:g} MHz")
+    bw = action.get("bandwidths")
+    if bw is None:
+        widths = [preset.report_width or preset.default_width] * len(centres)
+    else:
+        if isinstance(bw, (list, tuple)) and len(bw) != len(centres):
+            raise InvalidAction(f"bandwidths has {len(bw)} entries but center_freqs has {len(centres)}")
+        widths = _number_list("bandwidths", bw)
+        for i, w in enumerate(widths):
+            if not 0.0 < w <= hi - lo:
+                raise InvalidAction(f"bandwidths[{i}] = {w:g} MHz must be > 0 and at most the band width")
+        if preset.report_width is not None:
+            widths = [preset.report_width] * len(centres)
+    return centres, widths
+
+
+# --------------------------------------------------------------------------------------------------
+# The environment
+# --------------------------------------------------------------------------------------------------
+
+
+def _near(sorted_xs: list[float], x: float, tol: float) -> bool:
+    """Whether some value of ``sorted_xs`` lies within ``tol`` of ``x``."""
+    i = bisect_left(sorted_xs, x - tol)
+    return i < len(sorted_xs) and sorted_xs[i] <= x + tol
+
+
+EXTRA_SUBMIT = ("Error: this scan was already reported by an earlier submit_report in this message; "
+                "this call was ignored.")
+AFTER_END = "Error: all scans are recorded; this call was ignored."
+
+
+@dataclass(slots=True)
+class ToolResult:
+    """What a tool call did. ``content`` is the text for the model; the rest is structured data."""
+
+    content: str
+    ok: bool
+    advanced: bool = False  # the scan was scored and the episode moved on
+    reward: float | None = None  # the scored reward, when ``advanced``
+    error: str | None = None
+
+    def as_dict(self) -> dict:
+        return {"content": self.content, "ok": self.ok, "advanced": self.advanced, "reward": self.reward,
+                "error": self.error}
+
+
+@dataclass(slots=True)
+class _State:
+    episode: Episode
+    seed: int
+    truth_merged: list[tuple[float, float]]
+    bodies: list[str]  # rendered scan bodies (header + peaks), one per scan
+    truth_intervals: list[tuple[float, float]]  # one per transmitter, same order as episode.truth
+    scan: int = 0  # 0-based index of the open scan; == n_scans when done
+    records: list[sr.ScanRecord] = field(default_factory=list)
+    seen: set[int] = field(default_factory=set)  # transmitters detected in an earlier scan
+    prev_report: list[float] = field(default_factory=list)
+    calls_this_scan: int = 0
+    turn_open: bool = False  # a transport announced a model turn (begin_model_turn) not yet ended
+    reported_this_turn: bool = False  # a submit_report of the open model turn scored the scan
+    notepad: str = ""
+    faults: dict[str, int] = field(default_factory=dict)
+    scramble: np.random.Generator | None = None
+
+
+class SpectrumEnv:
+    """One rollout's environment. Not shared between rollouts (GRPO candidates each own one)."""
+
+    def __init__(self, config: EnvConfig | None = None):
+        self.config = config or EnvConfig()
+        self.preset = get_preset(self.config.preset)
+        self._s: _State | None = None
+        self._echo: list[float] | None = None  # the memory echo shown with the open scan
+        self._static_tail = _templates().get_template("scan.j2").render(
+            mode="tail", echo=None, notepad=None, max_regions=self.preset.max_regions).strip()
+
+    # ---- gym API ---------------------------------------------------------------------------------
+
+    def reset(self, seed: int) -> tuple[dict, dict]:
+        if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
+            raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+        seed = int(seed)
+        ep = self.preset.episode(seed)
+        truth_merged = sr.report_intervals([c for c, _ in ep.truth], [w for _, w in ep.truth], ep.band)
+        scramble = np.random.default_rng([seed, 0x5C4A]) if self.config.memory_mode == "scrambled" else None
+        # Every scan body in one template pass; only the echo/notepad tail is rendered per scan.
+        sep = "\x1e"
+        band_text = f"{ep.band[0]:.1f}-{ep.band[1]:.1f}"
+        text = _templates().get_template("scan.j2").render(mode="bodies", scans=ep.scans, band_text=band_text,
+                                                            noise_floor=ep.noise_floor, sep=sep)
+        bodies = [b.strip() for b in text.split(sep)[: len(ep.scans)]]
+        truth_iv = [(c - 0.5 * w, c + 0.5 * w) for c, w in ep.truth]
+        self._s = _State(ep, seed, truth_merged, bodies, truth_iv, scramble=scramble)
+        self._echo = self._make_echo()
+        return self.observation(), {"seed": seed, "n_scans": self.n_scans, "band": ep.band}
+
+    def step(self, action: Any) -> tuple[dict, float, bool, bool, dict]:
+        """Score a report for the open scan. An invalid report is refused: reward 0, the scan stays open,
+        ``info["error"]`` (and ``obs["error"]``) say why, and the fault is counted."""
+        s = self._require_open()
+        try:
+            centres, widths = parse_report(action, self.preset)
+        except InvalidAction as e:
+            self._fault("invalid_report")
+            obs = self.observation()
+            obs["error"] = str(e)
+            return obs, 0.0, False, False, {"advanced": False, "error": str(e), "scan": s.scan + 1}
+        return self._score(centres, widths, skipped=False)
+
+    def skip(self, reason: str = "skipped") -> tuple[dict, float, bool, bool, dict]:
+        """Close the open scan as an empty report, counted in ``scans_skipped`` (never dropped)."""
+        self._require_open()
+        self._fault(f"skip_{reason}")
+        return self._score([], [], skipped=True)
+
+    def finish(self, reason: str = "unfinished") -> None:
+        """Skip every remaining scan (a rollout that ended early still scores all of them)."""
+        while self._s is not None and not self.done:
+            self.skip(reason)
+
+    # ---- tools (the one implementation both rollout paths call) ----------------------------------
+
+    def call_tool(self, name: str, arguments: Any) -> ToolResult:
+        """Run one tool call from the model. Never raises for bad model input.
+
+        Within one model turn (from :meth:`begin_model_turn` to :meth:`end_model_turn`) only the first
+        scored ``submit_report`` counts: a further one gets an error and never lands on the next scan.
+        Calls after the last scan get an error too. Both are counted as faults."""
+        s = self._state()
+        assert s is not None
+        if self.done:
+            self._fault("call_after_end")
+            return ToolResult(AFTER_END, ok=False, error="episode over")
+        if name == "submit_report" and s.turn_open and s.reported_this_turn:
+            self._fault("extra_submit")
+            return ToolResult(EXTRA_SUBMIT, ok=False, error="extra submit_report")
+        if name == "submit_report":
+            if isinstance(arguments, (str, bytes)):
+                try:
+                    arguments = json.loads(arguments)
+                except (ValueError, RecursionError) as e:
+                    self._fault("invalid_report")
+                    msg = f"arguments are not valid JSON: {str(e)[:80]}"
+                    return ToolResult(f"Error: {msg}. The scan is still open; call submit_report again.",
+                                      ok=False, error=msg)
+            note = None
+            if self.config.memory_mode == "icl_notepad" and isinstance(arguments, dict) and "notepad_update" in arguments:
+                note = self._set_notepad(arguments["notepad_update"])
+            obs, reward, _, _, info = self.step(arguments)
+            if not info["advanced"]:
+                return ToolResult(f"Error: {info['error']}. The scan is still open; call submit_report again.",
+                                  ok=False, error=info["error"])
+            text = _templates().get_template("feedback.j2").render(scan=info["scan"], n_scans=self.n_scans,
+                                                                   done=self.done).strip()
+            if note is not None and not note.ok:
+                text += f" (notepad not updated: {note.error})"
+            s.reported_this_turn = True
+            return ToolResult(text, ok=True, advanced=True, reward=reward)
+        if name in ("notepad_read", "notepad_write"):
+            if self.config.memory_mode != "notepad":
+                self._fault("notepad_unavailable")
+                return ToolResult(f"Error: {name} is not available in memory mode "
+                                  f"'{self.config.memory_mode}'. Use submit_report.", ok=False,
+                                  error="notepad_unavailable")
+            if name == "notepad_read":
+                return ToolResult(s.notepad if s.notepad else "(the notepad is empty)", ok=True)
+            args = arguments
+            if isinstance(args, (str, bytes)):
+                try:
+                    args = json.loads(args)
+                except (ValueError, RecursionError):
+                    args = None
+            return self._set_notepad(args.get("text") if isinstance(args, dict) else None)
+        self._fault("unknown_tool")
+        shown = str(name)[:40]
+        return ToolResult(f"Error: unknown tool {shown!r}. Available: "
+                          + ", ".join(t["function"]["name"] for t in self.tools()), ok=False, error="unknown_tool")
+
+    def _set_notepad(self, text: Any) -> ToolResult:
+        """Replace the notepad. Too long or not a string: refused, the old notepad is kept."""
+        s = self._s
+        assert s is not None
+        if not isinstance(text, str):
+            self._fault("invalid_notepad_write")
+            return ToolResult("Error: the notepad text must be a string. The notepad was not changed.", ok=False,
+                              error="notepad text must be a string")
+        cap = self.config.notepad_chars
+        if len(text) > cap:
+            self._fault("notepad_too_long")
+            return ToolResult(f"Error: notepad text is {len(text)} characters; the limit is {cap}. "
+                              "The notepad was not changed.", ok=False,
+                              error=f"notepad text is {len(text)} characters; the limit is {cap}")
+        s.notepad = text
+        return ToolResult(f"Notepad saved ({len(text)}/{cap} characters).", ok=True)
+
+    @property
+    def turn_open(self) -> bool:
+        return self._s is not None and self._s.turn_open
+
+    def begin_model_turn(self) -> None:
+        """A model reply is about to be executed: its tool calls form one turn (see :meth:`call_tool`)."""
+        s = self._state()
+        assert s is not None
+        s.turn_open, s.reported_this_turn = True, False
+
+    def end_model_turn(self, advanced: bool | None = None) -> bool:
+        """Close one model call (a turn): count it against the open scan's budget unless one of its
+        ``submit_report`` calls scored the scan (``advanced``; by default the env's own record). After
+        ``max_calls_per_scan`` calls without a scored report the scan is skipped. Returns True when this
+        forced the scan to advance."""
+        s = self._s
+        if s is None:
+            return False
+        advanced = s.reported_this_turn or bool(advanced)
+        s.turn_open, s.reported_this_turn = False, False
+        if self.done or advanced:
+            s.calls_this_scan = 0
+            return False
+        s.calls_this_scan += 1
+        if s.calls_this_scan >= self.config.max_calls_per_scan:
+            self.skip("call_budget")
+            return True
+        return False
+
+    def record_fault(self, kind: str) -> None:
+        """Count a transport-level fault (LLM error, malformed tool call, ...) for the metrics."""
+        self._fault(kind)
+
+    # ---- views -----------------------------------------------------------------------------------
+
+    @property
+    def n_scans(self) -> int:
+        return self.preset.n_scans
+
+    @property
+    def done(self) -> bool:
+        return self._s is not None and self._s.scan >= self.n_scans
+
+    @property
+    def scan_index(self) -> int:
+        """0-based index of the open scan (== n_scans once done)."""
+        return self._state().scan
+
+    @property
+    def notepad(self) -> str:
+        return self._state().notepad
+
+    def tools(self) -> list[dict]:
+        return tool_schemas(self.config.memory_mode, self.config.preset)
+
+    def system_prompt(self) -> str:
+        return render_system_prompt(self.config)
+
+    def observation(self) -> dict:
+        s = self._state()
+        assert s is not None
+        if self.done:
+            return {"prompt": f"Monitoring complete: all {self.n_scans} scans recorded.", "scan": self.n_scans,
+                    "n_scans": self.n_scans, "done": True}
+        return {"prompt": self.render_scan(s.scan), "scan": s.scan + 1, "n_scans": self.n_scans, "done": False}
+
+    def render_scan(self, index: int) -> str:
+        """Scan ``index`` as the model reads it (the echo/notepad tail only on the open scan)."""
+        s = self._state()
+        assert s is not None
+        echo = self._echo if index == s.scan else None
+        notepad = s.notepad if self.config.memory_mode == "icl_notepad" and index == s.scan else None
+        if echo is None and notepad is None:
+            tail = self._static_tail
+        else:
+            tail = _templates().get_template("scan.j2").render(mode="tail", echo=echo, notepad=notepad,
+                                                                max_regions=self.preset.max_regions).strip()
+        return s.bodies[index] + "\n" + tail
+
+    def truth(self) -> list[tuple[float, float]]:
+        """Privileged: every transmitter's (centre, bandwidth). For oracles and analysis only."""
+        return list(self._state().episode.truth)
+
+    def scan_records(self) -> list[dict]:
+        return [r.as_dict() for r in self._state().records]
+
+    def band_fingerprint(self) -> str:
+        s = self._state()
+        assert s is not None
+        key = json.dumps([s.episode.band, [[round(c, 6), round(w, 6)] for c, w in s.episode.truth]])
+        return hashlib.blake2b(key.encode(), digest_size=6).hexdigest()
+
+    def metrics(self) -> dict:
+        """Episode metrics; unplayed scans count as skipped empty reports (see ``spectrum_reward``)."""
+        s = self._state()
+        assert s is not None
+        records = list(s.records)
+        if len(records) < self.n_scans:
+            empty = sr.score_scan([], s.truth_merged, s.episode.band)
+            records += [
+                sr.ScanRecord(i + 1, empty.reward(self.config.reward), empty.occ, empty.avail, True, 0, 0, 0, 0, 0)
+                for i in range(len(records), self.n_scans)
+            ]
+        m = sr.episode_metrics(records)
+        m.update(
+            per_scan_reward=[r.reward for r in records],
+            faults=dict(s.faults),
+            band_fingerprint=self.band_fingerprint(),
+            seed=s.seed,
+            salt=self.config.salt,
+            preset=self.config.preset,
+            memory_mode=self.config.memory_mode,
+            reward_name=self.config.reward,
+            n_scans=self.n_scans,
+        )
+        return m
+
+    # ---- internals -------------------------------------------------------------------------------
+
+    def _state(self) -> _State:
+        """The episode's state; an error before the first ``reset``."""
+        if self._s is None:
+            raise RuntimeError("call reset(seed) first")
+        return self._s
+
+    def _require_open(self) -> _State:
+        self._state()
+        if self.done:
+            raise RuntimeError("the episode is over; call reset(seed)")
+        return self._s  # type: ignore[return-value]
+
+    def _fault(self, kind: str) -> None:
+        f = self._s.faults  # type: ignore[union-attr]
+        f[kind] = f.get(kind, 0) + 1
+
+    def _score(self, centres: list[float], widths: list[float], skipped: bool):
+        s = self._s
+        assert s is not None
+        ep = s.episode
+        report = sr.report_intervals(centres, widths, ep.band)
+        sc = sr.score_scan(report, s.truth_merged, ep.band)
+        reward = sc.reward(self.config.reward)
+        scan = ep.scans[s.scan]
+        dormant_seen = s.seen.difference(scan.active)
+        covered = 0
+        if dormant_seen and report:
+            fracs = sr.coverage(sorted([s.truth_intervals[t] for t in dormant_seen]), report)
+            covered = sum(1 for f in fracs if f >= 0.5)
+        now = sorted(centres)
+        kept = sum(1 for p in s.prev_report if _near(now, p, self.config.carry_tolerance))
+        s.records.append(
+            sr.ScanRecord(s.scan + 1, reward, sc.occ, sc.avail, skipped, len(centres), len(dormant_seen), covered,
+                          len(s.prev_report), kept)
+        )
+        s.seen.update(scan.detected)
+        s.prev_report = now
+        s.scan += 1
+        s.calls_this_scan = 0
+        self._echo = self._make_echo()
+        info = {"advanced": True, "error": None, "scan": s.scan, "reward": reward, "occ": sc.occ,
+                "avail": sc.avail, "skipped": skipped}
+        return self.observation(), reward, self.done, False, info
+
+    def _make_echo(self) -> list[float] | None:
+        """The memory echo for the open scan: the previous report (scaffold), or a same-size report of
+        seeded random centres (scrambled control); None in other modes or on the first scan."""
+        s = self._s
+        mode = self.config.memory_mode
+        if s is None or mode not in ("scaffold", "scrambled") or s.scan == 0 or s.scan >= self.n_scans:
+            return None
+        if mode == "scaffold":
+            return [round(c, 1) for c in s.prev_report]
+        lo, hi = s.episode.band
+        assert s.scramble is not None
+        return sorted(round(float(x), 1) for x in s.scramble.uniform(lo, hi, size=len(s.prev_report)))
+
+
+# --------------------------------------------------------------------------------------------------
+# Dataset rows -> environments (the one place both rollout paths turn a row into an env and a seed)
+# --------------------------------------------------------------------------------------------------
+
+
+def row_config(dataset_info: dict[str, Any] | None) -> EnvConfig:
+    """The env config a dataset row carries (``dataset_info["environment_context"]``, or the top level)."""
+    info = dataset_info or {}
+    ctx = info.get("environment_context") if isinstance(info.get("environment_context"), dict) else info
+    return EnvConfig.from_dict(ctx)
+
+
+def row_seed(row_id: str, config: EnvConfig) -> int:
+    """The band seed of a row: ``seed_for_row(row_id, salt)`` with a ``process`` salt resolved here."""
+    return seed_for_row(row_id, resolve_salt(config.salt))
+
+
+def env_for_row(row_id: str, dataset_info: dict[str, Any] | None) -> tuple[SpectrumEnv, int]:
+    """A fresh env for one rollout of a row, and the seed to reset it with (both rollout paths).
+
+    The seed is the row's explicit ``environment_context["seed"]`` when it carries one (the dataset
+    generator writes ``seed_for_row(row_id, salt)`` there; 0 is a valid seed), else it is derived here
+    from the row id and salt (a ``process`` salt is resolved once per process). Presets whose seed is a
+    run index of a fixed schedule (``seed_is_run_index``, e.g. bench90) require the explicit seed.
+    """
+    cfg = row_config(dataset_info)
+    info = dataset_info or {}
+    ctx = info.get("environment_context") if isinstance(info.get("environment_context"), dict) else info
+    explicit = ctx.get("seed")
+    if cfg.salt == "process":  # a per-process band: any stored seed is ignored
+        cfg = EnvConfig(**{**cfg.to_dict(), "salt": resolve_salt("process")})
+    elif isinstance(explicit, int) and not isinstance(explicit, bool) and explicit >= 0:
+        return SpectrumEnv(cfg), explicit
+    if get_preset(cfg.preset).seed_is_run_index:
+        raise ValueError(f"row {row_id!r}: preset {cfg.preset!r} needs environment_context['seed'] = run index")
+    return SpectrumEnv(cfg), row_seed(row_id, cfg)

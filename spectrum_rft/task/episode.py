@@ -1,0 +1,46 @@
+"""What an episode is: a band's transmitters and every scan of it, drawn from a seed by a :class:`Preset`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol
+
+
+
+class Peak(NamedTuple):
+    id: str
+    freq: float
+    power: float
+    width: float
+
+
+@dataclass(slots=True)
+class Scan:
+    peaks: list[Peak]
+    active: tuple[int, ...]  # transmitters transmitting this scan
+    detected: tuple[int, ...]  # ... of which the detector shows a peak
+    note: str = ""  # optional per-scan metadata line (e.g. a stage name)
+
+
+@dataclass(slots=True)
+class Episode:
+    band: tuple[float, float]
+    truth: list[tuple[float, float]]  # (centre, bandwidth) per transmitter
+    scans: list[Scan]
+    noise_floor: float
+
+
+class Preset(Protocol):
+    name: str
+    band: tuple[float, float]
+    n_scans: int
+    max_regions: int
+    report_width: float | None  # fixed reported width, or None when reports carry bandwidths
+    default_width: float  # width used for a report without bandwidths when report_width is None
+    # True: ``episode(seed)`` reads the seed as the run index of a fixed schedule (bench90), so a row must
+    # pin it (``environment_context["seed"]``); it is never hashed from the row id.
+    seed_is_run_index: bool
+
+    def episode(self, seed: int) -> Episode:
+        """The whole episode for a seed (band, truth and every scan)."""
+        ...

@@ -1,0 +1,256 @@
+"""Pure scoring for the spectrum task: exact interval arithmetic, IoUs, rewards and episode metrics.
+
+No I/O and no randomness. Intervals are ``(lo, hi)`` float pairs in MHz; a *merged* list is sorted and
+disjoint. Everything is exact (no frequency bins), so a score can be checked by hand.
+
+Rewards are a family, selected by name (``REWARDS``):
+
+* ``occ_iou``   occupied-spectrum IoU of the report against *all* transmitters (dormant ones included):
+                the original experiment's reward. Rewards recalling dormant transmitters.
+* ``avail_iou`` CLBench's native metric: IoU of the complements (the free spectrum) inside the band;
+                1.0 when both complements are empty. Barely sensitive to memory on a sparse band.
+* ``default``   the reward the reward audit (``spectrum-rft audit``) certifies: occupied-IoU. Its
+                exploit resistance comes from the ``default`` preset's wide band (480 MHz), where a
+                blind tiling of at most 16 regions covers little of the truth — see README "Reward audit".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from spectrum_rft.common.stats import mean
+
+Interval = tuple[float, float]
+EPS = 1e-9  # MHz: a union (or free spectrum) shorter than this counts as empty
+
+# --------------------------------------------------------------------------------------------------
+# Interval arithmetic
+# --------------------------------------------------------------------------------------------------
+
+
+def regions(centres: Sequence[float], widths: Sequence[float] | float) -> list[Interval]:
+    """Turn centres and widths (one width or one per centre) into ``(lo, hi)`` intervals."""
+    if isinstance(widths, (int, float)):
+        h = 0.5 * float(widths)
+        return [(c - h, c + h) for c in centres]
+    return [(c - 0.5 * w, c + 0.5 * w) for c, w in zip(centres, widths, strict=True)]
+
+
+def merge(intervals: Iterable[Interval]) -> list[Interval]:
+    """Sorted, disjoint union of ``intervals`` (touching intervals are joined; empty ones dropped)."""
+    out: list[list[float]] = []
+    for lo, hi in sorted(intervals):
+        if hi <= lo:
+            continue
+        if out and lo <= out[-1][1]:
+            if hi > out[-1][1]:
+                out[-1][1] = hi
+        else:
+            out.append([lo, hi])
+    return [(a, b) for a, b in out]
+
+
+def clip(merged: Sequence[Interval], lo: float, hi: float) -> list[Interval]:
+    """Restrict a merged list to ``[lo, hi]``."""
+    out = []
+    for a, b in merged:
+        a2, b2 = max(a, lo), min(b, hi)
+        if b2 > a2:
+            out.append((a2, b2))
+    return out
+
+
+def total(merged: Sequence[Interval]) -> float:
+    return sum(b - a for a, b in merged)
+
+
+def intersection(a: Sequence[Interval], b: Sequence[Interval]) -> float:
+    """Length of the intersection of two merged lists (two-pointer sweep)."""
+    i = j = 0
+    na, nb = len(a), len(b)
+    acc = 0.0
+    while i < na and j < nb:
+        alo, ahi = a[i]
+        blo, bhi = b[j]
+        lo = alo if alo > blo else blo
+        hi = ahi if ahi < bhi else bhi
+        if hi > lo:
+            acc += hi - lo
+        if ahi < bhi:
+            i += 1
+        else:
+            j += 1
+    return acc
+
+
+def complement(merged: Sequence[Interval], lo: float, hi: float) -> list[Interval]:
+    """The parts of ``[lo, hi]`` not covered by a merged list."""
+    out = []
+    cur = lo
+    for a, b in merged:
+        if a > cur:
+            out.append((cur, min(a, hi)))
+        cur = max(cur, b)
+        if cur >= hi:
+            break
+    if cur < hi:
+        out.append((cur, hi))
+    return [(a, b) for a, b in out if b > a]
+
+
+def iou(a: Sequence[Interval], b: Sequence[Interval]) -> float:
+    """IoU of two merged lists; 1.0 when both are empty (nothing to find, nothing claimed)."""
+    inter = intersection(a, b)
+    union = total(a) + total(b) - inter
+    if union <= EPS:
+        return 1.0
+    return min(1.0, max(0.0, inter / union))
+
+
+# --------------------------------------------------------------------------------------------------
+# Per-scan scores
+# --------------------------------------------------------------------------------------------------
+
+
+def occ_iou(report: Sequence[Interval], truth: Sequence[Interval], band: Interval) -> float:
+    """Occupied-spectrum IoU: report vs all transmitters, both clipped to the band."""
+    return iou(clip(merge(report), *band), clip(merge(truth), *band))
+
+
+def avail_iou(report: Sequence[Interval], truth: Sequence[Interval], band: Interval) -> float:
+    """Available-spectrum IoU (CLBench): IoU of the complements inside the band."""
+    lo, hi = band
+    r = complement(clip(merge(report), lo, hi), lo, hi)
+    t = complement(clip(merge(truth), lo, hi), lo, hi)
+    return iou(r, t)
+
+
+@dataclass(frozen=True, slots=True)
+class ScanScore:
+    occ: float
+    avail: float
+
+    def reward(self, name: str) -> float:
+        return self.avail if name == "avail_iou" else self.occ
+
+
+def score_scan(report_merged: Sequence[Interval], truth_merged: Sequence[Interval], band: Interval) -> ScanScore:
+    """Both IoUs of one report, from lengths alone (both lists merged and clipped to the band).
+
+    With ``I = |R & T|``, the free spectra intersect in ``B - |R| - |T| + I`` and unite in ``B - I``,
+    so the available-IoU needs no complement lists (same value as :func:`avail_iou`).
+    """
+    inter = intersection(report_merged, truth_merged)
+    r, t = total(report_merged), total(truth_merged)
+    union = r + t - inter
+    occ = 1.0 if union <= EPS else min(1.0, max(0.0, inter / union))
+    width = band[1] - band[0]
+    free_union = width - inter
+    avail = 1.0 if free_union <= EPS else min(1.0, max(0.0, (width - union) / free_union))
+    return ScanScore(occ, avail)
+
+
+REWARDS = ("default", "occ_iou", "avail_iou")
+
+
+def check_reward(name: str) -> str:
+    if name not in REWARDS:
+        raise ValueError(f"unknown reward {name!r}; choose one of {', '.join(REWARDS)}")
+    return name
+
+
+def report_intervals(centres: Sequence[float], widths: Sequence[float], band: Interval) -> list[Interval]:
+    """``regions`` clipped to the band and merged (the hot path of scoring a report)."""
+    blo, bhi = band
+    return merge([(max(c - 0.5 * w, blo), min(c + 0.5 * w, bhi)) for c, w in zip(centres, widths)])
+
+
+def coverage(intervals: Sequence[Interval], merged: Sequence[Interval]) -> list[float]:
+    """Covered fraction of each of ``intervals`` (sorted by start, possibly overlapping) by a merged
+    list, in one forward sweep."""
+    out = []
+    j0 = 0
+    m = len(merged)
+    for lo, hi in intervals:
+        while j0 < m and merged[j0][1] <= lo:
+            j0 += 1
+        acc = 0.0
+        j = j0
+        while j < m and merged[j][0] < hi:
+            a, b = merged[j]
+            a = a if a > lo else lo
+            b = b if b < hi else hi
+            if b > a:
+                acc += b - a
+            j += 1
+        out.append(acc / (hi - lo) if hi > lo else 0.0)
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Episode metrics
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ScanRecord:
+    """What the environment recorded for one scan (the authoritative per-scan data)."""
+
+    scan: int  # 1-based
+    reward: float
+    occ: float
+    avail: float
+    skipped: bool
+    report_size: int
+    dormant_eligible: int  # transmitters seen in an earlier scan and dormant now
+    dormant_covered: int  # ... of which the report covers >= half
+    carry_prev: int  # regions in the previous report
+    carry_kept: int  # ... of which this report keeps (within the carry tolerance)
+
+    def as_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__slots__}
+
+
+def halves(values: Sequence[float]) -> tuple[float | None, float | None]:
+    """Mean of the first and last ``len // 2`` values (the middle one of an odd count is in neither)."""
+    n = len(values) // 2
+    if n == 0:
+        return None, None
+    return sum(values[:n]) / n, sum(values[-n:]) / n
+
+
+def _mean0(xs: Sequence[float]) -> float:
+    """The mean, 0.0 for no values (an episode with no scans scores 0)."""
+    m = mean(xs)
+    return 0.0 if m is None else m
+
+
+def episode_metrics(records: Sequence[ScanRecord]) -> dict:
+    """Aggregate per-scan records (one per scan of the episode, skipped ones included) into metrics.
+
+    The environment pads an unfinished episode with skipped empty reports before calling this, so every
+    mean is over all scans and abstaining never raises a score.
+    """
+    rewards = [r.reward for r in records]
+    early, late = halves(rewards)
+    eligible = sum(r.dormant_eligible for r in records)
+    prev = sum(r.carry_prev for r in records)
+    return {
+        "score": _mean0(rewards),
+        "mean_occ": _mean0([r.occ for r in records]),
+        "mean_avail": _mean0([r.avail for r in records]),
+        "early_mean": early,
+        "late_mean": late,
+        "memory_gain": (late - early) if early is not None and late is not None else None,
+        "scans_completed": sum(1 for r in records if not r.skipped),
+        "scans_skipped": sum(1 for r in records if r.skipped),
+        "dormant_recall": (sum(r.dormant_covered for r in records) / eligible) if eligible else None,
+        "carry_rate": (sum(r.carry_kept for r in records) / prev) if prev else None,
+        "report_size": _mean0([r.report_size for r in records]),
+    }
+
+
+def is_finite_number(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

@@ -1,0 +1,118 @@
+"""Which messages the model sees: one pure function shared by both rollout paths.
+
+* ``icl``: the whole conversation.
+* every other memory mode (``none``, ``notepad``, ``scaffold``, ``scrambled``): the ICL-off window, i.e.
+  the system message + the message carrying the current scan + this scan's own tool traffic. Its only
+  memory across scans is then what the environment puts into the scan (scaffold echo) or the notepad.
+
+A scan is recognised by the environment's scan header (``Scan k/N | band ...``) in a ``user`` message
+(in-process path) or in the result of a ``submit_report`` call (MCP path: the scan arrives with the
+acknowledgement of the previous report). Nothing the model writes counts — not its own text, and not a
+notepad it reads back — so a model cannot move its window by typing a header. On the
+MCP path the window starts at the assistant message whose tool call returned the scan, so every tool
+result in the window still follows the call it answers (the chat API rejects orphaned tool results).
+
+``<think>…</think>`` blocks are removed from assistant messages in every mode: they are the model's
+scratch work, not memory, and they would blow the context of an ICL run.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Sequence, TypeVar
+
+M = TypeVar("M")
+
+SCAN_HEADER = re.compile(r"^Scan \d+/\d+ \| band ", re.M)
+_THINK = re.compile(r"<think>.*?(</think>\s*|$)", re.S)
+
+
+def _get(msg: Any, key: str) -> Any:
+    return msg.get(key) if isinstance(msg, dict) else getattr(msg, key, None)
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts
+        return "".join(str(_get(p, "text") or "") for p in content)
+    return ""
+
+
+def strip_think(text: str) -> str:
+    """Remove ``<think>…</think>`` blocks (and an unclosed trailing one)."""
+    return _THINK.sub("", text) if "<think>" in text else text
+
+
+def _without_think(msg: M) -> M:
+    content = _get(msg, "content")
+    if _get(msg, "role") != "assistant" or not isinstance(content, str) or "<think>" not in content:
+        return msg
+    new = strip_think(content)
+    if isinstance(msg, dict):
+        return {**msg, "content": new}  # type: ignore[return-value]
+    return msg.model_copy(update={"content": new})  # type: ignore[attr-defined]
+
+
+def is_scan_message(msg: Any, report_call_ids: set | None = None) -> bool:
+    """Whether ``msg`` carries a scan: a user message with the header, or a tool message with the
+    header that answers a ``submit_report`` call (``report_call_ids``; None accepts any tool message)."""
+    role = _get(msg, "role")
+    if role == "tool" and report_call_ids is not None and _get(msg, "tool_call_id") not in report_call_ids:
+        return False
+    return role in ("user", "tool") and SCAN_HEADER.search(_text(_get(msg, "content"))) is not None
+
+
+def report_call_ids(messages: Sequence[Any]) -> set:
+    """Ids of every ``submit_report`` tool call in the assistant messages."""
+    ids = set()
+    for m in messages:
+        if _get(m, "role") == "assistant":
+            for tc in _get(m, "tool_calls") or ():
+                if _get(_get(tc, "function"), "name") == "submit_report":
+                    ids.add(_get(tc, "id"))
+    return ids
+
+
+def approx_tokens(msg: Any) -> int:
+    """A cheap token estimate (4 characters a token, tool calls included)."""
+    n = len(_text(_get(msg, "content")))
+    for tc in _get(msg, "tool_calls") or []:
+        fn = _get(tc, "function")
+        n += len(str(_get(fn, "arguments") or "")) + len(str(_get(fn, "name") or ""))
+    return n // 4 + 4
+
+
+def window(messages: Sequence[M], memory_mode: str, token_budget: int | None = None) -> list[M]:
+    """The messages to send to the model for ``memory_mode`` (inputs are never modified).
+
+    ``token_budget`` (``icl`` only): drop the oldest turns, a whole scan at a time, until the estimate
+    fits; the system message and the current scan are always kept.
+    """
+    msgs = list(messages)
+    if memory_mode == "icl" and token_budget is not None:
+        head = [m for m in msgs[:1] if _get(m, "role") == "system"]
+        body = msgs[len(head):]
+        total = sum(map(approx_tokens, msgs))
+        while total > token_budget:
+            # the next turn boundary: the second user message of the body (a scan or a prompt)
+            cut = next((i for i in range(1, len(body)) if _get(body[i], "role") == "user"), None)
+            if cut is None:
+                break
+            total -= sum(map(approx_tokens, body[:cut]))
+            body = body[cut:]
+        msgs = head + body
+    if memory_mode != "icl":
+        ids = report_call_ids(msgs)
+        start = next((i for i in range(len(msgs) - 1, -1, -1) if is_scan_message(msgs[i], ids)), None)
+        if start is not None:
+            if _get(msgs[start], "role") == "tool":
+                # back up to the assistant message that issued this tool call
+                j = start - 1
+                while j >= 0 and _get(msgs[j], "role") == "tool":
+                    j -= 1
+                if j >= 0 and _get(msgs[j], "role") == "assistant":
+                    start = j
+            head = [m for m in msgs[:start] if _get(m, "role") == "system"][:1]
+            msgs = head + msgs[start:]
+    return [_without_think(m) for m in msgs]

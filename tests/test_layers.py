@@ -1,0 +1,220 @@
+"""The package's shape: layers import only downward, no import cycles, no private attributes of the
+libraries we stand on, and package code never imports the project root's entry points.
+
+Layers, lowest first (spectrum_rft/__init__.py): common < task < rollouts < baselines < tools, training.
+A module may import its own layer or a lower one; ``tools`` and ``training`` are siblings (neither imports
+the other). Lazy imports inside functions count too: a cycle through a function body is still a cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PKG = ROOT / "spectrum_rft"
+RANK = {"common": 0, "task": 1, "rollouts": 2, "baselines": 3, "tools": 4, "training": 4}
+ROOT_ENTRIES = {p.stem for p in ROOT.glob("*.py")} | {"spectrum_templates"}
+LIBRARIES = ("eval_protocol", "mcp", "litellm")
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for f in sorted(PKG.rglob("*.py")):
+        parts = list(f.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = f
+    return out
+
+
+def _imports(mod: str, path: Path) -> list[tuple[str, int]]:
+    """Absolute names of every module imported anywhere in the file (relative imports resolved)."""
+    tree = ast.parse(path.read_text())
+    pkg = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(a.name, node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = pkg.split(".")[: len(pkg.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            out.append((base, node.lineno))
+            out += [(f"{base}.{a.name}", node.lineno) for a in node.names]  # `from pkg import module`
+    return out
+
+
+def _layer(mod: str) -> str | None:
+    parts = mod.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "spectrum_rft" else None
+
+
+MODULES = _modules()
+
+
+def _graph() -> dict[str, set[str]]:
+    g: dict[str, set[str]] = {m: set() for m in MODULES}
+    for mod, path in MODULES.items():
+        for name, _ in _imports(mod, path):
+            if name in MODULES and name != mod:
+                g[mod].add(name)
+    return g
+
+
+def test_every_module_is_in_a_known_layer():
+    unknown = [m for m in MODULES if m != "spectrum_rft" and m != "spectrum_rft.__main__" and _layer(m) not in RANK]
+    assert not unknown, f"modules outside the layers {sorted(RANK)}: {unknown}"
+
+
+def test_imports_point_down():
+    bad = []
+    for mod, path in MODULES.items():
+        src = _layer(mod)
+        if src not in RANK:
+            continue
+        for name, line in _imports(mod, path):
+            dst = _layer(name)
+            if dst is None or dst not in RANK or dst == src:
+                continue
+            if RANK[dst] > RANK[src] or (RANK[dst] == RANK[src]):  # upward, or into a sibling layer
+                bad.append(f"{path.relative_to(ROOT)}:{line}: {src} imports {dst} ({name})")
+    assert not bad, "upward or sideways imports:\n" + "\n".join(bad)
+
+
+def test_no_import_cycles():
+    g = _graph()
+    state: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for n in sorted(g[m]):
+            if state.get(n) == 1:
+                cycles.append(stack[stack.index(n):] + [n])
+            elif n not in state:
+                visit(n)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(g):
+        if m not in state:
+            visit(m)
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_package_never_imports_the_root_entry_points():
+    bad = [f"{path.relative_to(ROOT)}:{line}: {name}" for mod, path in MODULES.items()
+           for name, line in _imports(mod, path) if name.split(".")[0] in ROOT_ENTRIES]
+    assert not bad, "package code imports the project root's entry points:\n" + "\n".join(bad)
+
+
+def _library_names(tree: ast.AST) -> set[str]:
+    """Local names bound to eval_protocol / mcp / litellm modules or objects by imports."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] in LIBRARIES:
+                    names.add((a.asname or a.name).split(".")[0])
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in LIBRARIES:
+            names |= {a.asname or a.name for a in node.names}
+    return names
+
+
+# McpGym's documented extension points (eval-protocol's own examples implement and call them).
+MCPGYM_HOOKS = {"_register_tools", "_get_or_create_session", "_execute_session_environment_step"}
+STDLIB_PRIVATE_OK = {"os._exit"}
+
+
+def _library_bases(path: Path, class_name: str) -> list[type]:
+    """The eval-protocol/mcp/litellm classes in the MRO of ``class_name`` (the module is imported)."""
+    import importlib  # noqa: PLC0415
+
+    mod = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+    cls = getattr(importlib.import_module(mod), class_name, None)
+    return [b for b in getattr(cls, "__mro__", ())[1:] if b.__module__.split(".")[0] in LIBRARIES]
+
+
+def _private_uses(path: Path) -> list[str]:
+    """Private attributes this file touches on objects that are not its own:
+
+    * ``x._name`` for any ``x`` but ``self``/``cls`` (another object's private state, ours or a library's);
+    * in a class deriving from an eval-protocol/mcp/litellm class: a ``_name`` method it overrides or a
+      ``self._name`` it reads that its own class body does not define (the base class's privates),
+      McpGym's documented hooks excepted.
+    """
+    tree = ast.parse(path.read_text())
+    lib = _library_names(tree)
+    rel = path.relative_to(ROOT)
+    bad = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in LIBRARIES:
+            bad += [f"{rel}:{node.lineno}: imports {a.name}" for a in node.names if a.name.startswith("_")]
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            base = ast.unparse(node.value)
+            if base not in ("self", "cls") and f"{base}.{node.attr}" not in STDLIB_PRIVATE_OK:
+                bad.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
+        if isinstance(node, ast.ClassDef):
+            bases = {ast.unparse(b).split(".")[0] for b in node.bases}
+            if not bases & lib:
+                continue
+            own = set()
+            for item in ast.walk(node):
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    own.add(item.name)
+                elif isinstance(item, ast.Attribute) and isinstance(item.ctx, ast.Store):
+                    own.add(item.attr)
+            lib_bases = _library_bases(path, node.name)
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name.startswith("_") \
+                        and not item.name.startswith("__") and item.name not in MCPGYM_HOOKS \
+                        and any(item.name in vars(b) for b in lib_bases):
+                    bad.append(f"{rel}:{item.lineno}: overrides {node.name}.{item.name} of a library class")
+            for item in ast.walk(node):
+                if isinstance(item, ast.Attribute) and isinstance(item.value, ast.Name) and item.value.id == "self" \
+                        and item.attr.startswith("_") and not item.attr.startswith("__") \
+                        and item.attr not in own and item.attr not in MCPGYM_HOOKS:
+                    bad.append(f"{rel}:{item.lineno}: reads {node.name}'s inherited self.{item.attr}")
+    return bad
+
+
+def test_no_private_attributes_of_other_libraries():
+    bad = [b for path in MODULES.values() for b in _private_uses(path)]
+    assert not bad, "private attributes of other objects or libraries:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("folder", ["env", "build", "dist", "vendor", "coverage"])
+def test_no_folder_the_uploader_drops(folder):
+    """eval-protocol's uploader silently leaves out folders with these names, at any depth."""
+    assert not [p for p in PKG.rglob(folder) if p.is_dir()]
+
+
+def test_the_checker_sees_a_violation(monkeypatch, tmp_path):
+    """The checks can fail: an upward import and private accesses are found in a synthetic module."""
+    src = ("import litellm\nfrom mcp.server.fastmcp import FastMCP\nfrom spectrum_rft.tools import cli\n"
+           "x = litellm._private_thing\n"
+           "class S(FastMCP):\n    def _handle(self):\n        return self._tool_manager\n")
+    probe = tmp_path / "spectrum_rft" / "task"
+    probe.mkdir(parents=True)
+    (probe / "m.py").write_text(src)
+    names = [n for n, _ in _imports("spectrum_rft.task.m", probe / "m.py")]
+    assert "spectrum_rft.tools.cli" in names and RANK[_layer("spectrum_rft.tools.cli")] > RANK["task"]
+    monkeypatch.setattr(__import__(__name__), "ROOT", tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(__import__("sys").modules, "spectrum_rft.task.m", None)  # not cached from elsewhere
+    __import__("sys").modules.pop("spectrum_rft.task.m")
+    import importlib.util  # noqa: PLC0415
+
+    spec = importlib.util.spec_from_file_location("spectrum_rft.task.m", probe / "m.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setitem(__import__("sys").modules, "spectrum_rft.task.m", module)
+    module.S._handle = lambda self: None
+    found = "\n".join(_private_uses(probe / "m.py"))
+    assert "litellm._private_thing" in found and "self._tool_manager" in found
