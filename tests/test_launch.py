@@ -20,7 +20,15 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from spectrum_rft.tools import launch as sl
+from spectrum_rft.tools.entries import entry_spec
+from spectrum_rft.tools.launch import main
+from spectrum_rft.tools.launch.arms import ARMS
+from spectrum_rft.tools.launch.cli import build_parser, options_from_args
+from spectrum_rft.tools.launch.execute import execute
+from spectrum_rft.tools.launch.ids import Redact
+from spectrum_rft.tools.launch.options import LaunchError, LaunchOptions
+from spectrum_rft.tools.launch.plan import build_plan, write_dataset
+from spectrum_rft.tools.launch.tarball import build_tarball, source_files
 
 FAKE_KEY = "fw-test-KEY-4b1d9e0c77aa"  # set only inside this test process
 FAKE_WANDB = "wandb-test-KEY-93ff01"
@@ -148,6 +156,10 @@ def _argv(server, project: Path, tmp_path: Path, *extra: str) -> list[str]:
             "--dataset-out", str(tmp_path / "ds.jsonl"), "--base-url", server.url, "--evaluator-timeout", "5", *extra]
 
 
+def _plan(argv: list[str]):
+    return build_plan(options_from_args(build_parser().parse_args(argv)))
+
+
 def _no_secrets(*texts: str) -> None:
     for t in texts:
         assert FAKE_KEY not in t
@@ -167,7 +179,7 @@ def _multipart_file(rec: dict) -> bytes:
 def test_launch_sends_dataset_then_evaluator_then_job(server, project, tmp_path, env, capsys, caplog):
     env.setenv("WANDB_API_KEY", FAKE_WANDB)
     caplog.set_level(logging.DEBUG)
-    rc = sl.main(_argv(server, project, tmp_path, "--wandb-project", "spec", "--json"))
+    rc = main(_argv(server, project, tmp_path, "--wandb-project", "spec", "--json"))
     cap = capsys.readouterr()
     assert rc == 0, cap.err
     routes = [r["route"] for r in server.records]
@@ -232,7 +244,7 @@ def test_launch_sends_dataset_then_evaluator_then_job(server, project, tmp_path,
 def test_job_error_names_what_was_created(server, project, tmp_path, env, capsys, caplog, status):
     caplog.set_level(logging.DEBUG)
     server.fail["job.create"] = (status, {"error": {"code": status, "message": "quota exceeded for base model"}})
-    rc = sl.main(_argv(server, project, tmp_path))
+    rc = main(_argv(server, project, tmp_path))
     cap = capsys.readouterr()
     assert rc == 1
     assert [r["route"] for r in server.records].count("job.create") == 1  # never retried: no double job
@@ -245,7 +257,7 @@ def test_job_error_names_what_was_created(server, project, tmp_path, env, capsys
 
 
 def test_resume_after_failure_creates_only_the_job(server, project, tmp_path, env, capsys):
-    rc = sl.main(_argv(server, project, tmp_path, "--reuse-dataset", "spectrum-weak-scaffold-t1",
+    rc = main(_argv(server, project, tmp_path, "--reuse-dataset", "spectrum-weak-scaffold-t1",
                        "--reuse-evaluator"))
     assert rc == 0, capsys.readouterr().err
     assert [r["route"] for r in server.records] == ["evaluator.get", "job.create"]
@@ -255,7 +267,7 @@ def test_resume_after_failure_creates_only_the_job(server, project, tmp_path, en
 
 def test_evaluator_conflict_reports_dataset_only(server, project, tmp_path, env, capsys):
     server.fail["evaluator.create"] = (409, {"error": {"message": "evaluator already exists"}})
-    rc = sl.main(_argv(server, project, tmp_path, "--json"))
+    rc = main(_argv(server, project, tmp_path, "--json"))
     cap = capsys.readouterr()
     assert rc == 1
     assert "job.create" not in [r["route"] for r in server.records]
@@ -268,7 +280,7 @@ def test_evaluator_conflict_reports_dataset_only(server, project, tmp_path, env,
 
 def test_failed_file_upload_is_reported_as_empty_dataset(server, project, tmp_path, env, capsys):
     server.fail["dataset.upload"] = (503, {"error": {"message": "storage unavailable"}})
-    rc = sl.main(_argv(server, project, tmp_path))
+    rc = main(_argv(server, project, tmp_path))
     err = capsys.readouterr().err
     assert rc == 1
     assert "FAILED at dataset.upload: HTTP 503: storage unavailable" in err
@@ -278,8 +290,8 @@ def test_failed_file_upload_is_reported_as_empty_dataset(server, project, tmp_pa
 
 def test_evaluator_build_failure_and_polling(server, project, tmp_path, env):
     server.evaluator_states = ["BUILDING", "BUILDING", "BUILD_FAILED"]
-    a = sl.build_parser().parse_args(_argv(server, project, tmp_path))
-    plan = sl.build_plan(a)
+    plan = _plan(_argv(server, project, tmp_path))
+    write_dataset(plan)
     import httpx
     from fireworks import Fireworks
 
@@ -287,7 +299,7 @@ def test_evaluator_build_failure_and_polling(server, project, tmp_path, env):
         client = Fireworks(api_key=FAKE_KEY, account_id=ACCOUNT, base_url=server.url, http_client=http,
                            max_retries=0)
         sleeps = []
-        out = sl.execute(plan, client, http, sleep=sleeps.append)
+        out = execute(plan, client, http, sleep=sleeps.append)
     assert sleeps == [10.0, 10.0]
     assert out.failed_step == "evaluator.get" and "build failed" in out.error
     assert [c["kind"] for c in out.created] == ["dataset", "evaluator"]
@@ -303,7 +315,7 @@ def test_dry_run_touches_no_network(server, project, tmp_path, env, capsys, capl
 
     monkeypatch.setattr(socket.socket, "connect", no_connect)
     monkeypatch.setattr(socket, "create_connection", no_connect)
-    rc = sl.main(_argv(server, project, tmp_path, "--dry-run", "--json", "--wandb-project", "spec"))
+    rc = main(_argv(server, project, tmp_path, "--dry-run", "--json", "--wandb-project", "spec"))
     cap = capsys.readouterr()
     assert rc == 0, cap.err
     assert server.records == []
@@ -322,9 +334,9 @@ def test_dry_run_touches_no_network(server, project, tmp_path, env, capsys, capl
 
 def test_dry_run_matches_real_requests(server, project, tmp_path, env, capsys):
     """The dry run's JSON bodies are byte-for-byte what the real launch sends."""
-    assert sl.main(_argv(server, project, tmp_path, "--dry-run", "--json")) == 0
+    assert main(_argv(server, project, tmp_path, "--dry-run", "--json")) == 0
     dry = json.loads(capsys.readouterr().out)["requests"]
-    assert sl.main(_argv(server, project, tmp_path)) == 0
+    assert main(_argv(server, project, tmp_path)) == 0
     real = [r for r in server.records]
     assert len(dry) == len(real)
     for d, r in zip(dry, real):
@@ -337,7 +349,7 @@ def test_dry_run_matches_real_requests(server, project, tmp_path, env, capsys):
 def test_dry_run_needs_no_credentials(project, tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("FIREWORKS_API_KEY", raising=False)
     monkeypatch.delenv("FIREWORKS_ACCOUNT_ID", raising=False)
-    rc = sl.main(["--arm", "icl", "--rows", "2", "--epochs", "2", "--project-dir", str(project), "--dry-run",
+    rc = main(["--arm", "icl", "--rows", "2", "--epochs", "2", "--project-dir", str(project), "--dry-run",
                   "--dataset-out", str(tmp_path / "d.jsonl"), "--tag", "x"])
     cap = capsys.readouterr()
     assert rc == 0
@@ -348,7 +360,7 @@ def test_dry_run_needs_no_credentials(project, tmp_path, monkeypatch, capsys):
 def test_missing_credentials_is_a_clear_error(project, tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("FIREWORKS_API_KEY", raising=False)
     monkeypatch.setenv("FIREWORKS_ACCOUNT_ID", ACCOUNT)
-    rc = sl.main(["--arm", "icl", "--project-dir", str(project), "--dataset-out", str(tmp_path / "d.jsonl")])
+    rc = main(["--arm", "icl", "--project-dir", str(project), "--dataset-out", str(tmp_path / "d.jsonl")])
     assert rc == 2
     assert "FIREWORKS_API_KEY is not set" in capsys.readouterr().err
 
@@ -357,16 +369,14 @@ def test_arms_differ_only_in_prompt_and_memory_mode(project, tmp_path, env):
     """One command per arm, everything else equal: same row ids, same seeds (paired bands), same job."""
     plans = {}
     for arm in ("explicit-scaffold", "weak-scaffold", "scrambled-control", "notepad", "icl"):
-        a = sl.build_parser().parse_args(["--arm", arm, "--rows", "2", "--epochs", "3", "--tag", "t",
-                                          "--project-dir", str(project), "--dry-run",
-                                          "--dataset-out", str(tmp_path / f"{arm}.jsonl")])
-        plan = sl.build_plan(a)
-        rows = [json.loads(x) for x in plan.dataset_path.read_text().splitlines()]
+        plan = _plan(["--arm", arm, "--rows", "2", "--epochs", "3", "--tag", "t",
+                      "--project-dir", str(project), "--dry-run", "--dataset-out", str(tmp_path / f"{arm}.jsonl")])
+        rows = [json.loads(x) for x in write_dataset(plan).read_text().splitlines()]
         plans[arm] = (plan, rows)
     ref_plan, ref_rows = plans["explicit-scaffold"]
     for arm, (plan, rows) in plans.items():
         ctx = [r["input_metadata"]["dataset_info"]["environment_context"] for r in rows]
-        assert {(c["prompt"], c["memory_mode"]) for c in ctx} == {(sl.ARMS[arm].prompt, sl.ARMS[arm].memory_mode)}
+        assert {(c["prompt"], c["memory_mode"]) for c in ctx} == {(ARMS[arm].prompt, ARMS[arm].memory_mode)}
         ref_ctx = [r["input_metadata"]["dataset_info"]["environment_context"] for r in ref_rows]
         assert [c["seed"] for c in ctx] == [c["seed"] for c in ref_ctx]
         assert [r["input_metadata"]["row_id"] for r in rows] == [r["input_metadata"]["row_id"] for r in ref_rows]
@@ -377,14 +387,13 @@ def test_arms_differ_only_in_prompt_and_memory_mode(project, tmp_path, env):
 
 
 def test_repeat_mode_and_overrides(project, tmp_path, env):
-    a = sl.build_parser().parse_args([
+    plan = _plan([
         "--arm", "notepad", "--rows", "4", "--epochs", "5", "--epoch-mode", "repeat", "--tag", "r",
         "--project-dir", str(project), "--dry-run", "--dataset-out", str(tmp_path / "r.jsonl"),
         "--base-model", "accounts/x/models/m", "--learning-rate", "1e-4", "--temperature", "0.9",
         "--max-output-tokens", "512", "--response-candidates", "8", "--max-concurrent-rollouts", "32",
         "--loss", "DAPO", "--kl-beta", "0.01", "--lora-rank", "16", "--extra-body",
         '{"chat_template_kwargs": {"enable_thinking": false}}', "--entry", "rft"])
-    plan = sl.build_plan(a)
     assert plan.dataset_rows == 4 and plan.dataset_epochs == 1
     j = plan.job_kwargs
     assert j["training_config"] == {"base_model": "accounts/x/models/m", "epochs": 5, "learning_rate": 1e-4,
@@ -399,17 +408,17 @@ def test_repeat_mode_and_overrides(project, tmp_path, env):
 
 
 def test_tarball_is_reproducible(project):
-    files = sl.source_files(project)
-    assert sl.build_tarball(project, files) == sl.build_tarball(project, files)
+    files = source_files(project)
+    assert build_tarball(project, files) == build_tarball(project, files)
     assert ".env" not in files and "local_only.txt" not in files
-    with gzip.open(io.BytesIO(sl.build_tarball(project, files))) as g:
+    with gzip.open(io.BytesIO(build_tarball(project, files))) as g:
         assert g.read()  # a valid gzip stream
 
 
 def test_redaction_filter():
     rec = logging.LogRecord("fireworks._base_client", logging.DEBUG, "", 0, "body %s", ({"apiKey": FAKE_WANDB},),
                             None)
-    sl._Redact([FAKE_WANDB]).filter(rec)
+    Redact([FAKE_WANDB]).filter(rec)
     assert FAKE_WANDB not in rec.getMessage() and "***" in rec.getMessage()
 
 
@@ -418,9 +427,33 @@ def test_unreachable_api_is_reported(project, tmp_path, env, capsys):
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()  # nothing listens there now
-    rc = sl.main(["--arm", "icl", "--rows", "1", "--epochs", "1", "--project-dir", str(project), "--tag", "u",
+    rc = main(["--arm", "icl", "--rows", "1", "--epochs", "1", "--project-dir", str(project), "--tag", "u",
                   "--dataset-out", str(tmp_path / "u.jsonl"), "--base-url", f"http://127.0.0.1:{port}"])
     err = capsys.readouterr().err
     assert rc == 1
     assert "FAILED at dataset.create: cannot reach the API" in err and "nothing was created." in err
     _no_secrets(err)
+
+
+def test_build_plan_takes_typed_options_and_writes_nothing(project, tmp_path, env):
+    """The plan is data: options in, rows and request bodies out; the dataset file is a separate step."""
+    out = tmp_path / "typed.jsonl"
+    plan = build_plan(LaunchOptions(arm="icl", rows=2, epochs=2, tag="typed", project_dir=str(project),
+                                    dataset_out=str(out)))
+    assert not out.exists()
+    assert len(plan.dataset) == plan.dataset_rows == 4
+    assert plan.source["files"] == source_files(project)
+    assert [json.loads(x) for x in write_dataset(plan).read_text().splitlines()] == plan.dataset
+    assert build_plan(LaunchOptions(arm="icl", project_dir=str(project), dataset_out=str(out),
+                                    reuse_dataset="ds", reuse_evaluator=True)).dataset == []
+    with pytest.raises(LaunchError, match="unknown arm"):
+        build_plan(LaunchOptions(arm="nope", project_dir=str(project)))
+
+
+@pytest.mark.parametrize(("name", "path"), [("turn", "turn"), ("rft", "mcp"), ("mcp", "mcp")])
+def test_entry_names_come_from_the_one_entries_table(project, tmp_path, env, name, path):
+    plan = build_plan(LaunchOptions(arm="icl", rows=1, epochs=1, tag="e", entry=name, dry_run=True,
+                                    project_dir=str(project), dataset_out=str(tmp_path / "e.jsonl")))
+    assert plan.entry == entry_spec(path)
+    with pytest.raises(LaunchError, match="FILE.py::FUNCTION"):
+        build_plan(LaunchOptions(arm="icl", entry="nonsense", project_dir=str(project)))

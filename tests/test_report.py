@@ -22,7 +22,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spectrum_rft.tools import report as rp
+from spectrum_rft.tools.report import main
+from spectrum_rft.tools.report.stats import linear_fit
+from spectrum_rft.tools.report.validate import RowError, parse_row
 
 ROOT = Path(__file__).resolve().parent.parent
 N_ROWS, N_EPOCHS, N_ROLLOUTS = 3, 4, 2
@@ -85,7 +87,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
 
 
 def _report(capsys, *argv: str) -> tuple[int, str, str]:
-    rc = rp.main(list(argv))
+    rc = main(list(argv))
     cap = capsys.readouterr()
     return rc, cap.out, cap.err
 
@@ -374,8 +376,8 @@ _BASE = {"input_metadata": {"row_id": "r1", "dataset_info": {"environment_contex
 def test_any_corruption_is_a_row_error_or_a_row(path, value):
     row = _corrupt(path, value)
     try:
-        r = rp.parse_row(row, "f.jsonl:1")
-    except rp.RowError as e:
+        r = parse_row(row, "f.jsonl:1")
+    except RowError as e:
         assert str(e).startswith("f.jsonl:1: ")
         return
     if r is not None:
@@ -401,7 +403,7 @@ def test_cli_never_crashes_on_garbage(tmp_path, lines):
     p = tmp_path / "g.jsonl"
     p.write_text("\n".join(x.replace("\n", " ") for x in lines) + "\n")
     for extra in ([], ["--skip-bad"]):
-        rc = rp.main([str(p), "--png", "", "--json", "--group-by", "input", *extra])
+        rc = main([str(p), "--png", "", "--json", "--group-by", "input", *extra])
         assert rc in (0, 2)
 
 
@@ -415,7 +417,7 @@ xs_st = st.lists(st.integers(0, 50), min_size=2, max_size=12, unique=True)
 
 @given(xs=xs_st, a=coef, b=coef)
 def test_exact_line_is_recovered(xs, a, b):
-    fit = rp.linear_fit(xs, [a + b * x for x in xs])
+    fit = linear_fit(xs, [a + b * x for x in xs])
     assert fit is not None
     assert fit.slope == pytest.approx(b, rel=1e-6, abs=1e-6)
     assert fit.intercept == pytest.approx(a, rel=1e-6, abs=1e-4)
@@ -426,7 +428,7 @@ def test_exact_line_is_recovered(xs, a, b):
 @given(xs=xs_st, data=st.data())
 def test_matches_numpy_and_r2_in_unit_interval(xs, data):
     ys = data.draw(st.lists(st.floats(-1.0, 1.0), min_size=len(xs), max_size=len(xs)))
-    fit = rp.linear_fit(xs, ys)
+    fit = linear_fit(xs, ys)
     assert fit is not None
     slope, intercept = np.polyfit(xs, ys, 1)
     assert fit.slope == pytest.approx(slope, abs=1e-7)
@@ -443,22 +445,22 @@ def test_matches_numpy_and_r2_in_unit_interval(xs, data):
 @given(xs=xs_st, data=st.data(), scale=st.floats(0.01, 100.0), shift=coef, sign=st.sampled_from([-1, 1]))
 def test_affine_and_permutation_invariance(xs, data, scale, shift, sign):
     ys = data.draw(st.lists(st.floats(-1.0, 1.0), min_size=len(xs), max_size=len(xs)))
-    base = rp.linear_fit(xs, ys)
-    moved = rp.linear_fit(xs, [sign * scale * y + shift for y in ys])
+    base = linear_fit(xs, ys)
+    moved = linear_fit(xs, [sign * scale * y + shift for y in ys])
     assert moved.slope == pytest.approx(sign * scale * base.slope, rel=1e-6, abs=1e-6)
     # R^2 is invariant only while the shift's rounding (~1e-16 x |shift|) is negligible next to the spread
     if base.r2 is not None and moved.r2 is not None and scale * np.ptp(ys) > 1e-9 * (abs(shift) + 1):
         assert moved.r2 == pytest.approx(base.r2, abs=1e-6)
     perm = data.draw(st.permutations(list(range(len(xs)))))
-    shuffled = rp.linear_fit([xs[i] for i in perm], [ys[i] for i in perm])
+    shuffled = linear_fit([xs[i] for i in perm], [ys[i] for i in perm])
     assert shuffled.slope == pytest.approx(base.slope, abs=1e-9)
 
 
 @given(x=st.integers(0, 9), ys=st.lists(st.floats(-1, 1), max_size=5))
 def test_degenerate_inputs(x, ys):
-    assert rp.linear_fit([x] * len(ys), ys) is None  # fewer than two distinct x
+    assert linear_fit([x] * len(ys), ys) is None  # fewer than two distinct x
     with pytest.raises(ValueError):
-        rp.linear_fit([0, 1], [0.0, float("nan")])
+        linear_fit([0, 1], [0.0, float("nan")])
 
 
 # --------------------------------------------------------------------------------------------------
@@ -499,5 +501,14 @@ def test_report_on_the_turn_entry(tmp_path, capsys):
 
 
 def test_r2_survives_a_subnormal_spread():
-    fit = rp.linear_fit([0, 1, 2], [0.0, 0.0, 8.321609680738611e-224])
+    fit = linear_fit([0, 1, 2], [0.0, 0.0, 8.321609680738611e-224])
     assert fit.r2 == pytest.approx(0.75)  # the same as for [0, 0, 1]
+
+
+def test_report_mean_is_the_common_one():
+    """One mean in the package: None-skipping, None when there is nothing to average."""
+    from spectrum_rft.common.stats import mean
+    from spectrum_rft.tools.report import analysis
+
+    assert analysis.mean is mean
+    assert mean([1.0, None, 2.0]) == 1.5 and mean([None]) is None and mean([]) is None

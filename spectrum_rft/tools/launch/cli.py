@@ -1,0 +1,197 @@
+"""``spectrum-rft launch``: one Fireworks RFT job per experiment arm, through the fireworks-ai SDK.
+
+    spectrum-rft launch --arm weak-scaffold --dry-run            # print the exact requests, no network
+    spectrum-rft launch --arm weak-scaffold                       # dataset -> evaluator -> job
+    spectrum-rft launch --arm scrambled-control --reuse-evaluator # same evaluator code for every arm
+
+Three steps, always in this order, each through ``fireworks.Fireworks``:
+
+1. **dataset**: rows from :func:`make_spectrum_dataset.make_rows` (EvaluationRow JSON), ``datasets.create``
+   then ``datasets.upload``.
+2. **evaluator**: ``evaluators.create`` + ``get_upload_endpoint`` + PUT of the project tarball to the signed
+   URL + ``validate_upload``, then ``evaluators.get`` until ACTIVE. (Not
+   ``eval_protocol.evaluation.create_evaluation``: it reads its base URL only from the process-wide
+   ``FIREWORKS_API_BASE`` variable, writes the tarball into the project directory, and logs a failed code
+   upload as a warning while returning success, so a half-created evaluator would go unreported. The
+   requests here are the same ones it sends, with the same ignore rules for the tarball.)
+3. **job**: ``reinforcement_fine_tuning_jobs.create``.
+
+Epochs (see docs/LAUNCH.md): with ``--epoch-mode fresh`` (default) the dataset holds ``--rows`` rows for each
+of ``--epochs`` dataset epochs (row ids ``<prefix>-eKK-rNNNN``, every band different) and the job makes
+ONE pass over them (``training_config.epochs = 1``, ``chunk_size = --rows`` so each rollout chunk is one
+dataset epoch). No band is ever seen twice, and ``spectrum-rft report`` recovers the per-epoch curve from
+each row's ``environment_context["epoch"]``. ``--epoch-mode repeat`` is the original firectl shape
+(``--rows`` rows, ``training_config.epochs = --epochs``): every epoch re-sees the same bands.
+
+Credentials come only from the environment (``FIREWORKS_API_KEY``, ``FIREWORKS_ACCOUNT_ID``, and
+``WANDB_API_KEY`` for W&B); they are never printed or logged. An API error stops the launch and names
+every resource already created, with the flags that resume from there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import fields
+from typing import Any
+
+from .arms import ARMS
+from .dryrun import dry_run, firectl_lines
+from .execute import execute, resume_flags
+from .ids import redacted_logs
+from .options import DEFAULTS, EPOCH_MODES, LOSS_METHODS, LaunchError, LaunchOptions
+from .plan import Plan, build_plan, write_dataset
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="spectrum-rft launch", description=__doc__.split("\n\n")[0],
+        epilog="arms: " + "; ".join(f"{a.name} = {a.prompt} + {a.memory_mode}" for a in ARMS.values()))
+    ap.add_argument("--arm", choices=list(ARMS), help="experiment arm (required unless --list-arms)")
+    ap.add_argument("--list-arms", action="store_true", help="print the arms and exit")
+    ap.add_argument("--dry-run", action="store_true", help="print the exact requests and firectl lines; no network")
+    ap.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    g = ap.add_argument_group("dataset")
+    g.add_argument("--rows", type=int, default=DEFAULTS["rows"], help="rows (bands) per epoch")
+    g.add_argument("--epochs", type=int, default=DEFAULTS["epochs"], help="training epochs")
+    g.add_argument("--epoch-mode", choices=EPOCH_MODES, default="fresh",
+                   help="fresh: rows x epochs never-repeating bands, one RFT pass; repeat: the same rows every epoch")
+    g.add_argument("--preset", default="default")
+    g.add_argument("--reward", default="default")
+    g.add_argument("--think", action=argparse.BooleanOptionalAction, default=False)
+    g.add_argument("--salt", default="", help="band salt (same salt and prefix => every arm sees the same bands)")
+    g.add_argument("--prefix", default="spectrum", help="row id prefix")
+    g.add_argument("--dataset-out", default=None, help="where to write the dataset (default out/launch/ID.jsonl)")
+    g.add_argument("--dataset-id", default=None)
+    g.add_argument("--reuse-dataset", default=None, metavar="ID", help="use an uploaded dataset; skip the step")
+    g = ap.add_argument_group("evaluator")
+    g.add_argument("--entry", default="turn", help="turn | rft (the MCP entry; also: mcp) | FILE.py::FUNCTION (default turn)")
+    g.add_argument("--project-dir", default=".", help="evaluator source root (default: current directory)")
+    g.add_argument("--evaluator-id", default=None, help="default: derived from the entry, as eval-protocol does")
+    g.add_argument("--reuse-evaluator", action="store_true", help="use the uploaded evaluator as is")
+    g.add_argument("--evaluator-timeout", type=float, default=900.0, help="seconds to wait for ACTIVE")
+    g = ap.add_argument_group("job")
+    g.add_argument("--base-model", default=DEFAULTS["base_model"])
+    g.add_argument("--learning-rate", type=float, default=DEFAULTS["learning_rate"])
+    g.add_argument("--temperature", type=float, default=DEFAULTS["temperature"])
+    g.add_argument("--max-output-tokens", type=int, default=DEFAULTS["max_output_tokens"])
+    g.add_argument("--response-candidates", type=int, default=DEFAULTS["response_candidates"])
+    g.add_argument("--max-concurrent-rollouts", type=int, default=DEFAULTS["max_concurrent_rollouts"])
+    g.add_argument("--loss", choices=LOSS_METHODS, default=DEFAULTS["loss"])
+    g.add_argument("--kl-beta", type=float, default=None)
+    g.add_argument("--lora-rank", type=int, default=None)
+    g.add_argument("--max-context-length", type=int, default=None)
+    g.add_argument("--batch-size", type=int, default=None)
+    g.add_argument("--top-p", type=float, default=None)
+    g.add_argument("--top-k", type=int, default=None)
+    g.add_argument("--extra-body", default=None, help="JSON for inference_parameters.extra_body")
+    g.add_argument("--chunk-size", type=int, default=None, help="default: --rows in fresh mode, unset in repeat")
+    g.add_argument("--output-model", default=None, help="default: spectrum-ARM-TAG")
+    g.add_argument("--job-id", default=None)
+    g.add_argument("--tag", default=None, help="id suffix (default: UTC time YYYYmmdd-HHMMSS)")
+    g.add_argument("--base-url", default=None, help="API base URL (default: FIREWORKS_BASE_URL or the cloud)")
+    g.add_argument("--max-retries", type=int, default=0, help="SDK retries per request (default 0: a retried "
+                   "create can create twice)")
+    g = ap.add_argument_group("Weights & Biases (key from WANDB_API_KEY)")
+    g.add_argument("--wandb-project", default=None)
+    g.add_argument("--wandb-entity", default=None)
+    g.add_argument("--wandb-run-id", default=None)
+    return ap
+
+
+def options_from_args(a: argparse.Namespace) -> LaunchOptions:
+    """The typed options of parsed flags (the dataclass's fields are the flags' dest names)."""
+    return LaunchOptions(**{f.name: getattr(a, f.name) for f in fields(LaunchOptions)})
+
+
+def print_plan(plan: Plan, err: Any) -> None:
+    print(f"arm {plan.arm.name}: prompt={plan.arm.prompt} memory_mode={plan.arm.memory_mode} ({plan.arm.summary})",
+          file=err)
+    if plan.reuse_dataset:
+        print(f"dataset: reuse {plan.reuse_dataset}", file=err)
+    else:
+        print(f"dataset: {plan.dataset_rows} rows = {plan.rows_per_epoch} x {plan.dataset_epochs} dataset epoch(s) "
+              f"-> {plan.dataset_path}", file=err)
+    if plan.source:
+        print(f"evaluator source: {plan.source['tarball']} {len(plan.source['files'])} files, "
+              f"{plan.source['bytes']} bytes, sha256 {plan.source['sha256'][:16]}", file=err)
+    for n in plan.notes:
+        print(n, file=err)
+
+
+def _print_dry_run(plan: Plan, requests: list[dict], as_json: bool, out: Any) -> None:
+    lines = firectl_lines(plan)
+    if as_json:
+        print(json.dumps({"dry_run": True, "arm": plan.arm.name, "requests": requests, "firectl": lines,
+                          "notes": plan.notes}, indent=2), file=out)
+    else:
+        print("# dry run: no request was sent. The requests, in order:", file=out)
+        print(json.dumps(requests, indent=2), file=out)
+        print("\n# equivalent command lines:", file=out)
+        print("\n".join(lines), file=out)
+
+
+def _launch(plan: Plan, a: argparse.Namespace, secrets: list[str], out: Any, err: Any) -> int:
+    import httpx  # noqa: PLC0415
+    from fireworks import Fireworks  # noqa: PLC0415
+
+    with redacted_logs(secrets), httpx.Client(timeout=httpx.Timeout(600.0, connect=30.0)) as http:
+        client = Fireworks(api_key=os.environ["FIREWORKS_API_KEY"].strip(), account_id=plan.account_id,
+                           base_url=plan.base_url, http_client=http, max_retries=a.max_retries)
+        result = execute(plan, client, http, log=lambda s: print(s, file=err))
+    report = {"arm": plan.arm.name, "created": result.created, "job": result.job, "error": result.error,
+              "failed_step": result.failed_step}
+    if result.error:
+        flags = resume_flags(plan, result)
+        report["resume_flags"] = flags
+        print(f"\nspectrum-rft launch: FAILED at {result.failed_step}: {result.error}", file=err)
+        if result.created:
+            print("already created (not rolled back):", file=err)
+            for c in result.created:
+                print(f"  {c['kind']}: {c['name']} ({c['detail']})", file=err)
+        else:
+            print("nothing was created.", file=err)
+        if flags:
+            print(f"to resume without re-creating them, rerun with: {' '.join(flags)}", file=err)
+    if a.json:
+        print(json.dumps(report, indent=2), file=out)
+    elif not result.error:
+        print(f"created: {', '.join(c['kind'] + ' ' + c['name'] for c in result.created)}", file=out)
+    return 1 if result.error else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    a = ap.parse_args(argv)
+    out, err = sys.stdout, sys.stderr
+    if a.list_arms:
+        for arm in ARMS.values():
+            print(f"{arm.name:<18} prompt={arm.prompt:<17} memory_mode={arm.memory_mode:<12} {arm.summary}")
+        return 0
+    if not a.arm:
+        ap.error("--arm is required (see --list-arms)")
+    secrets = [os.environ.get(k, "") for k in ("FIREWORKS_API_KEY", "WANDB_API_KEY")]
+    secrets = [s for s in secrets if len(s) >= 4]
+    try:
+        plan = build_plan(options_from_args(a))
+    except (LaunchError, ValueError) as e:
+        print(f"spectrum-rft launch: {e}", file=err)
+        return 2
+    write_dataset(plan)
+    print_plan(plan, err)
+    if not a.dry_run:
+        return _launch(plan, a, secrets, out, err)
+    with redacted_logs(secrets):
+        try:
+            requests = dry_run(plan, secrets)
+        except LaunchError as e:
+            print(f"spectrum-rft launch: {e}", file=err)
+            return 2
+    _print_dry_run(plan, requests, a.json, out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,214 @@
+"""The plan: every id, row and request body of a launch, decided from :class:`LaunchOptions` before any
+request. Reads the project directory (for the tarball); writes nothing (:func:`write_dataset` does)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from spectrum_rft.tools.entries import ENTRIES, entry_spec
+
+from .arms import ARMS, Arm
+from .ids import dotenv_keys, evaluator_id_for, resource_id
+from .options import DEFAULT_BASE_URL, EPOCH_MODES, LaunchError, LaunchOptions
+from .tarball import TAR_WARN_BYTES, source_bundle
+
+DRY_RUN_ACCOUNT = "ACCOUNT_ID"  # placeholder in dry-run paths when FIREWORKS_ACCOUNT_ID is unset
+# --entry names -> rollout path in spectrum_rft.tools.entries ("rft" is the MCP entry's historical name)
+ENTRY_NAMES = {"turn": "turn", "rft": "mcp", "mcp": "mcp"}
+
+
+@dataclass
+class Plan:
+    arm: Arm
+    account_id: str
+    base_url: str
+    entry: str
+    project_dir: Path
+    dataset_id: str
+    dataset_path: Path
+    dataset_rows: int
+    dataset_epochs: int
+    rows_per_epoch: int
+    reuse_dataset: str | None
+    evaluator_id: str
+    reuse_evaluator: bool
+    evaluator_timeout: float
+    job_id: str | None
+    job_kwargs: dict[str, Any]
+    epoch_mode: str
+    notes: list[str] = field(default_factory=list)
+    dataset: list[dict] = field(default_factory=list)  # EvaluationRow JSON, written by write_dataset
+    source: dict[str, Any] = field(default_factory=dict)  # tarball: name, bytes, sha256, files
+    tarball: bytes = b""
+
+    @property
+    def dataset_name(self) -> str:
+        return self.reuse_dataset or f"accounts/{self.account_id}/datasets/{self.dataset_id}"
+
+    @property
+    def evaluator_name(self) -> str:
+        return f"accounts/{self.account_id}/evaluators/{self.evaluator_id}"
+
+
+def resolve_entry(name: str) -> str:
+    """``turn`` | ``rft`` (= ``mcp``) | ``FILE.py::FUNCTION`` -> ``FILE.py::FUNCTION``."""
+    if name in ENTRY_NAMES:
+        return entry_spec(ENTRY_NAMES[name])
+    if "::" not in name:
+        raise LaunchError(f"--entry {name!r}: expected {', '.join(map(repr, ENTRY_NAMES))} or FILE.py::FUNCTION "
+                          f"(entries: {', '.join(entry_spec(p) for p in ENTRIES)})")
+    return name
+
+
+def _account(o: LaunchOptions, env: Mapping[str, str], notes: list[str]) -> str:
+    account = env.get("FIREWORKS_ACCOUNT_ID", "").strip()
+    if not account:
+        if not o.dry_run:
+            raise LaunchError("FIREWORKS_ACCOUNT_ID is not set (credentials come only from the environment)")
+        account = DRY_RUN_ACCOUNT
+        notes.append(f"FIREWORKS_ACCOUNT_ID is not set: paths show the placeholder {DRY_RUN_ACCOUNT!r}")
+    if not o.dry_run and not env.get("FIREWORKS_API_KEY", "").strip():
+        raise LaunchError("FIREWORKS_API_KEY is not set (credentials come only from the environment)")
+    return account
+
+
+def _check_project(o: LaunchOptions, entry: str, project_dir: Path, notes: list[str]) -> None:
+    if not o.reuse_evaluator:
+        problems = []
+        if not (project_dir / entry.split("::")[0]).is_file():
+            problems.append(f"the entry file {entry.split('::')[0]} is not in the project directory")
+        if not (project_dir / "requirements.txt").is_file():
+            problems.append("the project directory has no requirements.txt (the evaluator build needs one)")
+        for p in problems:
+            if not o.dry_run:
+                raise LaunchError(p)
+            notes.append(f"WARNING: {p}")
+    for name, keys in dotenv_keys(project_dir).items():
+        shown = ", ".join(keys) if keys else "no keys"
+        notes.append(f"WARNING: {name} in the project directory holds {shown}: `eval-protocol upload` / `ep create "
+                     f"rft` would upload every key as a Fireworks secret. This launch uploads no secrets and "
+                     f"leaves {name} out of the evaluator tarball.")
+
+
+def _epochs(o: LaunchOptions, notes: list[str]) -> tuple[int, int]:
+    """(dataset epochs, training epochs) of the epoch mode."""
+    if o.rows < 1 or o.epochs < 1:
+        raise LaunchError("--rows and --epochs must be >= 1")
+    if o.epoch_mode not in EPOCH_MODES:
+        raise LaunchError(f"--epoch-mode {o.epoch_mode!r}: expected one of {', '.join(EPOCH_MODES)}")
+    if o.epoch_mode == "fresh":
+        epochs = (o.epochs, 1)
+    else:
+        epochs = (1, o.epochs)
+        notes.append("epoch mode 'repeat': every training epoch re-sees the same bands (content repetition "
+                     "confounds memory with memorisation; use 'fresh' for a controlled run)")
+    if o.salt == "process":
+        notes.append("WARNING: salt 'process' draws bands per worker process: GRPO candidates of one row scored "
+                     "in different workers see different bands (group integrity breaks). Replication only.")
+    return epochs
+
+
+def job_kwargs(o: LaunchOptions, arm: Arm, tag: str, stem: str, train_epochs: int, env: Mapping[str, str],
+               notes: list[str]) -> dict[str, Any]:
+    """The ``reinforcement_fine_tuning_jobs.create`` arguments (less dataset and evaluator)."""
+    training = {"base_model": o.base_model, "epochs": train_epochs, "learning_rate": o.learning_rate,
+                "output_model": resource_id(o.output_model or stem)}
+    for k in ("lora_rank", "max_context_length", "batch_size"):
+        if getattr(o, k) is not None:
+            training[k] = getattr(o, k)
+    inference: dict[str, Any] = {"temperature": o.temperature, "max_output_tokens": o.max_output_tokens,
+                                 "response_candidates_count": o.response_candidates}
+    if o.top_p is not None:
+        inference["top_p"] = o.top_p
+    if o.top_k is not None:
+        inference["top_k"] = o.top_k
+    if o.extra_body:
+        try:
+            inference["extra_body"] = json.dumps(json.loads(o.extra_body), separators=(",", ":"))
+        except ValueError as e:
+            raise LaunchError(f"--extra-body is not valid JSON: {e}") from None
+    loss: dict[str, Any] = {"method": o.loss}
+    if o.kl_beta is not None:
+        loss["kl_beta"] = o.kl_beta
+    job: dict[str, Any] = {"display_name": f"spectrum {arm.name} {tag}", "training_config": training,
+                           "inference_parameters": inference, "loss_config": loss,
+                           "max_concurrent_rollouts": o.max_concurrent_rollouts}
+    chunk = o.chunk_size if o.chunk_size is not None else (o.rows if o.epoch_mode == "fresh" else 0)
+    if chunk:
+        job["chunk_size"] = chunk
+    if o.wandb_project:
+        wandb: dict[str, Any] = {"enabled": True, "project": o.wandb_project}
+        if o.wandb_entity:
+            wandb["entity"] = o.wandb_entity
+        if o.wandb_run_id:
+            wandb["run_id"] = o.wandb_run_id
+        if env.get("WANDB_API_KEY"):
+            wandb["api_key"] = env["WANDB_API_KEY"]
+        else:
+            notes.append("W&B: WANDB_API_KEY is not set; the job relies on a key stored with the account")
+        job["wandb_config"] = wandb
+    return job
+
+
+def build_plan(o: LaunchOptions, env: Mapping[str, str] | None = None) -> Plan:
+    """Validate the options and decide every id, row and request body (``env``: default os.environ)."""
+    from spectrum_rft.rollouts import dataset as msd  # noqa: PLC0415
+    from spectrum_rft.task.environment import MEMORY_MODES  # noqa: PLC0415
+
+    env = dict(os.environ if env is None else env)
+    if o.arm not in ARMS:
+        raise LaunchError(f"unknown arm {o.arm!r} (arms: {', '.join(ARMS)})")
+    arm = ARMS[o.arm]
+    if arm.memory_mode not in MEMORY_MODES:
+        raise LaunchError(f"arm {arm.name}: memory mode {arm.memory_mode!r} is not supported by this checkout")
+    notes: list[str] = []
+    account = _account(o, env, notes)
+    base_url = (o.base_url or env.get("FIREWORKS_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+    entry = resolve_entry(o.entry)
+    project_dir = Path(o.project_dir).resolve()
+    _check_project(o, entry, project_dir, notes)
+
+    tag = o.tag or time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,30}", tag):
+        raise LaunchError(f"--tag {tag!r}: use 1-31 characters of a-z, 0-9 and '-'")
+    stem = resource_id(f"spectrum-{arm.name}-{tag}")
+    dataset_epochs, train_epochs = _epochs(o, notes)
+    dataset_path = Path(o.dataset_out) if o.dataset_out else Path("out") / "launch" / f"{stem}.jsonl"
+    rows: list[dict] = []
+    if not o.reuse_dataset:
+        raw = msd.make_rows(o.rows, prompt=arm.prompt, memory_mode=arm.memory_mode, preset=o.preset,
+                            reward=o.reward, think=o.think, epochs=dataset_epochs, salt=o.salt, prefix=o.prefix)
+        rows = [msd.to_evaluation_row_dict(r) for r in raw]
+    job = job_kwargs(o, arm, tag, stem, train_epochs, env, notes)
+
+    reuse_dataset = o.reuse_dataset
+    if reuse_dataset and not reuse_dataset.startswith("accounts/"):
+        reuse_dataset = f"accounts/{account}/datasets/{resource_id(reuse_dataset)}"
+    plan = Plan(arm=arm, account_id=account, base_url=base_url, entry=entry, project_dir=project_dir,
+                dataset_id=resource_id(o.dataset_id or stem), dataset_path=dataset_path,
+                dataset_rows=len(rows) if rows else o.rows * dataset_epochs, dataset_epochs=dataset_epochs,
+                rows_per_epoch=o.rows, reuse_dataset=reuse_dataset,
+                evaluator_id=resource_id(o.evaluator_id or evaluator_id_for(entry)),
+                reuse_evaluator=o.reuse_evaluator, evaluator_timeout=o.evaluator_timeout,
+                job_id=resource_id(o.job_id) if o.job_id else None, job_kwargs=job, epoch_mode=o.epoch_mode,
+                notes=notes, dataset=rows)
+    if not o.reuse_evaluator:
+        plan.tarball, plan.source = source_bundle(project_dir, exclude=[dataset_path])
+        if len(plan.tarball) > TAR_WARN_BYTES:
+            notes.append(f"WARNING: the evaluator tarball is {len(plan.tarball) / 2**20:.0f} MiB; add large "
+                         "files to .gitignore")
+    return plan
+
+
+def write_dataset(plan: Plan) -> Path | None:
+    """Write the plan's dataset rows to ``plan.dataset_path`` (what the dataset step uploads); None when the
+    plan reuses an uploaded dataset."""
+    from spectrum_rft.rollouts.dataset import write_jsonl  # noqa: PLC0415
+
+    return None if plan.reuse_dataset else write_jsonl(plan.dataset, plan.dataset_path)

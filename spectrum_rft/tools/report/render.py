@@ -1,0 +1,111 @@
+"""Rendering a report: the text table and the per-epoch curves PNG."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from .validate import METRICS
+
+
+def _f(v: float | None, fmt: str = ".3f", signed: bool = False) -> str:
+    if v is None:
+        return "n/a"
+    return format(v, ("+" if signed else "") + fmt)
+
+
+def format_text(report: dict) -> str:
+    out: list[str] = []
+    for note in report["notes"]:
+        out.append(f"note: {note}")
+    for run in report["runs"]:
+        axis = run["axis"]
+        out.append(f"run {run['run']}: {run['rollouts']} rollouts of {run['rows']} rows in {len(run['per_epoch'])} "
+                   f"{axis}s (prompt={run['prompt']}, memory_mode={run['memory_mode']}"
+                   + (f", {run['errored']} errored rollouts" if run["errored"] else "") + ")")
+        hdr = f"  {axis:>6} {'rollouts':>8} {'rows':>5}  {'score':>15}  {'memory_gain':>11}  {'dormant_recall':>14}  " \
+              f"{'carry_rate':>10}"
+        out.append(hdr)
+        for p in run["per_epoch"]:
+            sc = _f(p["score"]) + (f" ± {p['score_se']:.3f}" if p["score_se"] is not None else "")
+            out.append(f"  {p[axis]:>6} {p['rollouts']:>8} {p['rows']:>5}  {sc:>15}  {_f(p['memory_gain'], '+.3f'):>11}"
+                       f"  {_f(p['dormant_recall']):>14}  {_f(p['carry_rate']):>10}")
+        hv = run["halves"]
+        if hv["early"]:
+            out.append(f"  early half ({_span(axis, hv['early'])}) vs late half ({_span(axis, hv['late'])}):")
+            for m in METRICS:
+                d = hv["metrics"][m]
+                out.append(f"    {m:<15} {_f(d['early'])} -> {_f(d['late'])}  ({_f(d['delta'], '.3f', True)})")
+        else:
+            out.append(f"  early vs late half: n/a (one {axis})")
+        out.append(f"  least-squares trend over per-{axis} means:")
+        for m in METRICS:
+            t = run["trend"][m]
+            if t is None:
+                out.append(f"    {m:<15} n/a (fewer than two {axis}s with a value)")
+            else:
+                r2 = "n/a (constant)" if t["r2"] is None else f"{t['r2']:.2f}"
+                out.append(f"    {m:<15} slope {t['slope']:+.4f}/{axis}  R^2 {r2}")
+        for c in run["checks"]:
+            out.append(f"  {c['name']}: {'PASS' if c['ok'] else 'FAIL'} ({c['detail']})")
+        out.append("")
+    for cmp in report["comparisons"]:
+        out.append(f"control comparison: {cmp['treatment']} (treatment) vs {cmp['control']} (control)")
+        for m in METRICS:
+            d = cmp["metrics"][m]
+            out.append(f"  {m:<15} mean {_f(d['treatment_mean'])} vs {_f(d['control_mean'])};  "
+                       f"slope {_f(d['treatment_slope'], '+.4f')} vs {_f(d['control_slope'], '+.4f')} "
+                       f"(diff {_f(d['slope_difference'], '+.4f')});  late-early {_f(d['treatment_delta'], '+.3f')} "
+                       f"vs {_f(d['control_delta'], '+.3f')} (diff {_f(d['delta_difference'], '+.3f')})")
+        pr = cmp["paired"]
+        if pr["shared_bands"]:
+            se = f" ± {pr['se']:.3f}" if pr["se"] is not None else ""
+            out.append(f"  paired over {pr['shared_bands']} bands both runs saw: score difference "
+                       f"{_f(pr['mean_difference'], '+.3f')}{se}")
+        else:
+            out.append("  paired: no band seen by both runs")
+        out.append("")
+    sk = report["skipped"]
+    out.append(f"input: {sk['incomplete']} unscored rows skipped (no evaluation_result), {sk['malformed']} malformed "
+               f"rows skipped, {sk['duplicates']} duplicate rollouts merged")
+    if report.get("png"):
+        out.append(f"png: {report['png']}")
+    return "\n".join(out)
+
+
+def _span(axis: str, xs: Sequence[int]) -> str:
+    return f"{axis} {xs[0]}" if len(xs) == 1 else f"{axis}s {xs[0]}-{xs[-1]}"
+
+
+def plot_png(report: dict, path: str) -> str:
+    """Per-epoch curves of the four metrics, one line per run, dashed least-squares fits."""
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")  # explicit: a report must never need a display
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+    from matplotlib.ticker import MaxNLocator  # noqa: PLC0415
+
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7), constrained_layout=True)
+    for ax, m in zip(axes.flat, METRICS):
+        for i, run in enumerate(report["runs"]):
+            axis = run["axis"]
+            pts = [(p[axis], p[m]) for p in run["per_epoch"] if p[m] is not None]
+            if not pts:
+                continue
+            color = f"C{i % 10}"
+            ax.plot([a for a, _ in pts], [b for _, b in pts], "o-", color=color, label=run["run"])
+            t = run["trend"][m]
+            if t is not None:
+                x0, x1 = pts[0][0], pts[-1][0]
+                ax.plot([x0, x1], [t["intercept"] + t["slope"] * x0, t["intercept"] + t["slope"] * x1], "--",
+                        color=color, alpha=0.6)
+        ax.set_title(m)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel(report["runs"][0]["axis"] if report["runs"] else "epoch")
+        ax.grid(alpha=0.3)
+    axes.flat[0].legend(fontsize="small")
+    fig.suptitle("spectrum-rft report: per-epoch means (dashed: least-squares fit)")
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
