@@ -3,6 +3,9 @@ tool calls out."""
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 
 import litellm
 import pytest
@@ -19,8 +22,8 @@ def registered():
     assert sum(p["provider"] == "spectrum" for p in litellm.custom_provider_map) == 1
 
 
-def ask(model, messages, tools):
-    r = asyncio.run(litellm.acompletion(model=model, messages=messages, tools=tools))
+def ask(model, messages, tools, **kwargs):
+    r = asyncio.run(litellm.acompletion(model=model, messages=messages, tools=tools, **kwargs))
     m = r.choices[0].message
     return m.content, [(tc.function.name, json.loads(tc.function.arguments)) for tc in (m.tool_calls or [])]
 
@@ -66,16 +69,58 @@ def test_icl_notepad_fills_notepad_update_and_an_acknowledged_scan_gets_text():
     assert calls == [] and text
 
 
-def test_oracle_is_privileged_through_the_registry():
+def test_oracle_is_privileged_through_the_row_metadata():
+    """The oracle is told its row by the call's litellm metadata (both transports pass it) and rebuilds
+    that row's env: no registry, and the dataset adapter builds no env."""
     rows = dataset_adapter(make_rows(1, prefix="oracle-test"))
-    env, seed = env_for_row(rows[0].input_metadata.row_id, rows[0].input_metadata.dataset_info)
+    row_id, info = rows[0].input_metadata.row_id, rows[0].input_metadata.dataset_info
+    env, seed = env_for_row(row_id, info)
     env.reset(seed)
-    _, calls = ask("spectrum/oracle", [{"role": "user", "content": env.observation()["prompt"]}], env.tools())
+    msgs = [{"role": "user", "content": env.observation()["prompt"]}]
+    _, calls = ask("spectrum/oracle", msgs, env.tools(), metadata=spectrum_models.row_metadata(row_id, info))
     assert calls[0][1]["center_freqs"] == [c for c, _ in env.truth()]
-    unknown = SpectrumEnv(EnvConfig())
-    unknown.reset(999_999)
-    text, calls = ask("spectrum/oracle", [{"role": "user", "content": unknown.observation()["prompt"]}], unknown.tools())
-    assert calls == [] and "registry" in text
+    # without the metadata: a plain-text answer that says so, no tool call
+    text, calls = ask("spectrum/oracle", msgs, env.tools())
+    assert calls == [] and "metadata" in text and "spectrum_row" in text
+    text, calls = ask("spectrum/oracle", msgs, env.tools(), metadata={"other": 1})
+    assert calls == [] and "metadata" in text
+    # metadata naming another row: the scan shown is not that row's, so no truth is handed out
+    text, calls = ask("spectrum/oracle", msgs, env.tools(),
+                      metadata=spectrum_models.row_metadata("someone-else", {"environment_context": {}}))
+    assert calls == [] and "not scan 1" in text
+    # other policies ignore the metadata
+    _, mem = ask("spectrum/memoryless", msgs, env.tools(), metadata=spectrum_models.row_metadata(row_id, info))
+    _, mem2 = ask("spectrum/memoryless", msgs, env.tools())
+    assert mem == mem2
+
+
+def test_oracle_on_later_scans_and_the_notepad_path():
+    info = {"environment_context": {**EnvConfig(memory_mode="icl_notepad").to_dict(), "seed": 77}}
+    env, seed = env_for_row("r-77", info)
+    env.reset(seed)
+    env.begin_model_turn()
+    assert env.call_tool("submit_report", {"center_freqs": [10.0], "notepad_update": "10.0"}).advanced
+    env.end_model_turn()
+    msgs = [{"role": "user", "content": env.observation()["prompt"]}]
+    assert "Your notepad: 10.0" in msgs[0]["content"]
+    _, calls = ask("spectrum/oracle", msgs, env.tools(), metadata=spectrum_models.row_metadata("r-77", info))
+    assert calls[0][1]["center_freqs"] == [c for c, _ in env.truth()] and "notepad_update" in calls[0][1]
+
+
+def test_prepare_registers_only_for_spectrum_models(monkeypatch):
+    monkeypatch.setattr(litellm, "custom_provider_map", [])
+    spectrum_models.prepare({"model": "openai/gpt-4o-mini"})
+    spectrum_models.prepare({})
+    assert litellm.custom_provider_map == []
+    spectrum_models.prepare({"model": "spectrum/accumulate"})
+    spectrum_models.prepare({"model": "spectrum/oracle", "temperature": 0})
+    assert [p["provider"] for p in litellm.custom_provider_map] == ["spectrum"]
+
+
+def test_importing_registers_nothing():
+    code = ("import litellm, spectrum_rft.baselines.models, spectrum_rft.rollouts.dataset\n"
+            "assert not any(p.get('provider') == 'spectrum' for p in litellm.custom_provider_map)\n")
+    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
 
 
 def test_unknown_policy_fails_loudly():

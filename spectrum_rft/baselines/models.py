@@ -4,20 +4,28 @@ Both rollout paths and both ``@evaluation_test`` entries then run a baseline exa
 through ``litellm.acompletion``, reading only the messages they are sent, answering with tool calls. So a
 baseline measured locally is measured by the same machinery the cloud uses for the trained model.
 
-Call :func:`register` once (the evaluation entries and ``spectrum-rft eval`` do) to make the
-``spectrum/`` provider known to litellm; it is explicit, never done at import.
+Call :func:`prepare` with the completion parameters before a rollout (the rollout processors do, through an
+injected hook): for a ``spectrum/`` model it makes the provider known to litellm (:func:`register`,
+idempotent); it is explicit, never done at import.
 
 What each model does with the messages it is sent:
 
 * It reads every scan it can see (``user`` or ``tool`` messages with the scan header), oldest first, and
-  plays the named policy of :mod:`spectrum_policies` on them. With an ICL-off window it sees one scan,
+  plays the named policy of :mod:`spectrum_rft.baselines.policies` on them (the text is parsed by
+  :mod:`spectrum_rft.task.scan_format`, like everything that reads it). With an ICL-off window it sees one scan,
   so ``spectrum/accumulate`` is only as good as the memory channel the environment offers (the scaffold
   echo, the notepad, or the full ICL history): exactly what a memory arm measures.
 * With notepad tools it calls ``notepad_read`` first, then ``notepad_write`` + ``submit_report``;
   with a ``notepad_update`` field (``icl_notepad``) it fills it. Notepad text is read as remembered centres.
 * When no scan is open (the last message is a scan's acknowledgement) it answers in plain text.
-* ``spectrum/oracle`` is PRIVILEGED: it looks the band up by the scan's content in the truth registry of
-  :mod:`spectrum_policies`, filled by the dataset adapter. Labelled so in every table.
+* ``spectrum/oracle`` is PRIVILEGED: it is told which row it plays. For ``spectrum/`` models every
+  ``litellm.acompletion`` of both rollout transports carries
+  ``metadata={"spectrum_row": {"row_id": ..., "dataset_info": <the row's input_metadata.dataset_info>}}``
+  (:func:`row_metadata`); the oracle rebuilds that row's environment
+  (:func:`spectrum_rft.task.environment.env_for_row` + ``reset``) and reports its true transmitters, after
+  checking that the scan it is shown is that row's. Without the metadata it answers in plain text saying
+  so (no tool call). No process-wide state: nothing is registered ahead of a rollout. Labelled so in
+  every table.
 """
 
 from __future__ import annotations
@@ -32,11 +40,13 @@ import litellm
 from litellm import CustomLLM, ModelResponse
 
 from spectrum_rft.baselines import policies as sp
+from spectrum_rft.task import scan_format
+from spectrum_rft.task.environment import env_for_row
 from spectrum_rft.task.window import is_scan_message, report_call_ids
 
 PROVIDER = "spectrum"
+METADATA_KEY = "spectrum_row"  # litellm ``metadata`` key carrying the row of a spectrum/ model call
 _NUM = re.compile(r"-?\d+(?:\.\d+)?")
-_NOTEPAD = re.compile(r"^Your notepad: (.*)$", re.M)
 
 
 def _get(msg: Any, key: str) -> Any:
@@ -65,21 +75,56 @@ def _centres_from_text(text: str) -> list[float]:
     return [float(x) for x in _NUM.findall(text or "")]
 
 
-def decide(policy_name: str, messages: list, tools: list | None) -> tuple[str, list[dict]]:
-    """What the named policy answers to ``messages``: (text, tool calls as (name, arguments) dicts)."""
+def row_metadata(row_id: str, dataset_info: dict | None) -> dict:
+    """The litellm ``metadata`` a rollout transport passes with every call of a ``spectrum/`` model."""
+    return {METADATA_KEY: {"row_id": row_id, "dataset_info": dataset_info}}
+
+
+def truth_for_row(row: Any, shown: sp.ParsedScan | None = None) -> tuple[list[tuple[float, float]] | None, str]:
+    """PRIVILEGED: the true transmitters of the row named by ``row`` (``{"row_id", "dataset_info"}``, the
+    value of :data:`METADATA_KEY`), rebuilt with ``env_for_row`` + ``reset``; (None, why) when it cannot be
+    had. With ``shown`` (the scan the model is shown) the row's band must have rendered that very scan."""
+    if not isinstance(row, dict) or not isinstance(row.get("row_id"), str):
+        return None, (f"oracle: no row to play (litellm metadata[{METADATA_KEY!r}] with row_id and dataset_info "
+                      "is absent; the rollout transport must pass it)")
+    info = row.get("dataset_info")
+    if info is not None and not isinstance(info, dict):
+        return None, f"oracle: metadata[{METADATA_KEY!r}]['dataset_info'] is not an object"
+    try:
+        env, seed = env_for_row(row["row_id"], info)
+        env.reset(seed)
+    except ValueError as e:
+        return None, f"oracle: cannot rebuild row {row['row_id']!r}: {e}"
+    if shown is not None:
+        k = shown.scan - 1
+        mine = scan_format.parse_scan(env.render_scan(k)) if 0 <= k < env.n_scans else None
+        if mine is None or (mine.n_scans, mine.band, mine.peaks) != (shown.n_scans, shown.band, shown.peaks):
+            return None, (f"oracle: the scan shown is not scan {shown.scan} of row {row['row_id']!r} "
+                          "(a per-process salt differs between processes?)")
+    return env.truth(), ""
+
+
+def decide(policy_name: str, messages: list, tools: list | None, row: Any = None,
+           truth: list[tuple[float, float]] | None = None) -> tuple[str, list[dict]]:
+    """What the named policy answers to ``messages``: (text, tool calls as (name, arguments) dicts).
+
+    The privileged oracle needs the truth: ``truth`` itself (a caller that owns the env), or ``row`` (the
+    :data:`METADATA_KEY` value of the call's litellm metadata) to rebuild it from."""
     scans: list[tuple[int, sp.ParsedScan]] = []
     ids = report_call_ids(messages)  # the window's rule: only submit_report results carry scans
     for i, m in enumerate(messages):
         if is_scan_message(m, ids):
-            parsed = sp.parse_scan(m["content"] if isinstance(m.get("content"), str) else "")
+            content = _get(m, "content")
+            parsed = scan_format.parse_scan(content if isinstance(content, str) else "")
             if parsed is not None:
                 scans.append((i, parsed))
     if not scans:
         return "I see no scan to report on.", []
     last_idx, current = scans[-1]
     after = messages[last_idx + 1:]
-    # Has this scan already been reported? (an acknowledgement after it, with no newer scan)
-    if any(_get(m, "role") == "tool" and "recorded" in str(_get(m, "content") or "") for m in after):
+    # Has this scan already been reported? (an acknowledgement of a submit_report after it, no newer scan)
+    if any(_get(m, "role") == "tool" and _get(m, "tool_call_id") in ids
+           and scan_format.is_scan_recorded(str(_get(m, "content") or "")) for m in after):
         return "All scans so far are reported.", []
 
     names = _tool_names(tools)
@@ -96,14 +141,14 @@ def decide(policy_name: str, messages: list, tools: list | None) -> tuple[str, l
             return "", [{"name": "notepad_read", "arguments": {}}]
         notepad_text = str(_get(reads[-1], "content") or "")
     elif _has_notepad_update(tools):
-        m = _NOTEPAD.search(str(_get(messages[last_idx], "content") or ""))
-        notepad_text = m.group(1) if m and not m.group(1).startswith("(") else ""
+        notepad_text = current.notepad or ""
 
     history = [p for _, p in scans]
     if policy_name == "oracle":
-        truth = sp.lookup_truth(messages[last_idx]["content"])
         if truth is None:
-            return "oracle: this band is not in the truth registry (rows must pass through the dataset adapter)", []
+            truth, why = truth_for_row(row, current)
+            if truth is None:
+                return why, []
         action = sp.oracle_report(truth)
     else:
         policy = sp.make_policy(policy_name)
@@ -146,10 +191,11 @@ class SpectrumPolicyLLM(CustomLLM):
     """litellm handler for ``spectrum/<policy>`` models."""
 
     def completion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> ModelResponse:
-        optional = kwargs.get("optional_params") or (args[7] if len(args) > 7 else {}) or {}
+        optional = kwargs.get("optional_params") or {}
+        metadata = (kwargs.get("litellm_params") or {}).get("metadata") or {}
         name = model.split("/", 1)[-1]
         sp.make_policy(name)  # unknown names fail loudly
-        text, calls = decide(name, messages, optional.get("tools"))
+        text, calls = decide(name, messages, optional.get("tools"), row=metadata.get(METADATA_KEY))
         return _response(name, text, calls)
 
     async def acompletion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> ModelResponse:
@@ -169,3 +215,10 @@ def register() -> None:
 
 def is_policy_model(model: str | None) -> bool:
     return bool(model) and str(model).startswith(f"{PROVIDER}/")
+
+
+def prepare(completion_params: dict) -> None:
+    """Before a rollout with ``completion_params``: for a ``spectrum/<policy>`` model, make the provider
+    known to litellm (idempotent); nothing for any other model."""
+    if is_policy_model((completion_params or {}).get("model")):
+        register()

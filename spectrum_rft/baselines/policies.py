@@ -1,9 +1,10 @@
 """Scripted reference policies (the reward audit that runs them: :mod:`spectrum_rft.baselines.audit`).
 
-A policy maps what a model would have read (the scan texts it was shown, oldest first) to a
-``submit_report`` action. They read the *rendered text* only, exactly like a model, so they exercise the
-prompt format too. The one exception is ``oracle``: it is privileged (it is handed ``env.truth()``) and is
-labelled so everywhere it appears.
+A policy maps what a model would have read (the scan texts it was shown, oldest first, parsed by
+:func:`spectrum_rft.task.scan_format.parse_scan`) to a ``submit_report`` action. They read the *rendered
+text* only, exactly like a model, so they exercise the prompt format too. The one exception is ``oracle``:
+it is privileged (it is handed the true transmitters, :func:`oracle_report`) and is labelled so everywhere
+it appears.
 
 * ``empty``       reports nothing.
 * ``memoryless``  reports the current scan's peaks.
@@ -21,43 +22,11 @@ policies must not beat the memoryless one by much, and accumulation must beat it
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
-from spectrum_rft.task.environment import SpectrumEnv
-
-_HEADER = re.compile(r"^Scan (\d+)/(\d+) \| band ([\d.]+)-([\d.]+) MHz", re.M)
-_PEAK = re.compile(r"^P\d+ (-?[\d.]+) (-?[\d.]+) (-?[\d.]+)$", re.M)
-_ECHO = re.compile(r"^Your previous report \(centres, MHz\): (.*)$", re.M)
-_CAP = re.compile(r"\(at most (\d+)\)")
-
-
-@dataclass(slots=True)
-class ParsedScan:
-    scan: int
-    n_scans: int
-    band: tuple[float, float]
-    peaks: list[tuple[float, float, float]]  # (freq, power, width)
-    echo: list[float] | None
-    max_regions: int
-
-
-def parse_scan(text: str) -> ParsedScan | None:
-    """Parse one rendered scan (``spectrum_templates/scan.j2``); None if ``text`` is not a scan."""
-    h = _HEADER.search(text)
-    if h is None:
-        return None
-    peaks = [(float(f), float(p), float(w)) for f, p, w in _PEAK.findall(text)]
-    e = _ECHO.search(text)
-    echo = None
-    if e is not None:
-        body = e.group(1).strip()
-        echo = [] if body.startswith("(") else [float(x) for x in body.split(",") if x.strip()]
-    cap = _CAP.search(text)
-    return ParsedScan(int(h.group(1)), int(h.group(2)), (float(h.group(3)), float(h.group(4))), peaks, echo,
-                      int(cap.group(1)) if cap else 16)
+from spectrum_rft.task.scan_format import ParsedScan, parse_scan  # noqa: F401 (re-exported: what policies read)
 
 
 def _report(centres: Sequence[float], widths: Sequence[float], cap: int, band: tuple[float, float]) -> dict:
@@ -190,31 +159,3 @@ def make_policy(name: str, seed: int = 0) -> Policy | None:
             raise ValueError(f"{name}: K must be >= 1")
         return Carpet(k) if m.group(1) == "carpet" else RandomK(k, seed)
     raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(POLICY_NAMES)}")
-
-
-# --------------------------------------------------------------------------------------------------
-# PRIVILEGED truth registry for the oracle served as a model (spectrum_models)
-# --------------------------------------------------------------------------------------------------
-# A served oracle sees only messages. The dataset adapter registers every row's band here, keyed by the
-# content of each of its scans (header and peak lines: unique per band in practice), so the oracle can
-# look its band up from the scan it is shown. Used by nothing but the oracle.
-
-_TRUTH: dict[str, list[tuple[float, float]]] = {}
-_KEY_LINE = re.compile(r"^(Scan \d+/\d+ \|.*|P\d+ .*)$", re.M)
-
-
-def scan_key(text: str) -> str:
-    import hashlib  # noqa: PLC0415
-
-    return hashlib.blake2b("\n".join(_KEY_LINE.findall(text)).encode(), digest_size=12).hexdigest()
-
-
-def register_truth(env: SpectrumEnv) -> None:
-    """Register a freshly reset env's band under the key of each of its scans."""
-    truth = env.truth()
-    for i in range(env.n_scans):
-        _TRUTH[scan_key(env.render_scan(i))] = truth
-
-
-def lookup_truth(scan_text: str) -> list[tuple[float, float]] | None:
-    return _TRUTH.get(scan_key(scan_text))

@@ -23,8 +23,7 @@ import sys
 from pathlib import Path
 from typing import Iterable
 
-from spectrum_rft.task.environment import MEMORY_MODES, PRESETS, PROMPT_VARIANTS, EnvConfig, env_for_row, row_seed
-from spectrum_rft.baselines.policies import register_truth
+from spectrum_rft.task.environment import MEMORY_MODES, PRESETS, PROMPT_VARIANTS, EnvConfig, row_seed
 
 USER_PROMPT_TEMPLATE = "{observation}"
 FIRST_USER_MESSAGE = "Begin monitoring. The first scan follows."
@@ -69,7 +68,8 @@ def to_evaluation_row_dict(raw: dict) -> dict:
 
 
 def dataset_adapter(rows: Iterable[dict]) -> list:
-    """Raw rows or EvaluationRow-format rows -> ``EvaluationRow`` objects (row ids preserved)."""
+    """Raw rows or EvaluationRow-format rows -> ``EvaluationRow`` objects (row ids preserved). Pure: no
+    environment is built here (the privileged oracle rebuilds its row from the call's litellm metadata)."""
     from eval_protocol.models import EvaluationRow  # noqa: PLC0415
 
     out = []
@@ -86,10 +86,6 @@ def dataset_adapter(rows: Iterable[dict]) -> list:
         else:
             raise ValueError(f"dataset row {i}: neither a raw spectrum row (id, environment_context) nor an "
                              "EvaluationRow (messages, input_metadata)")
-    for row in out:  # the privileged oracle model looks bands up by scan content
-        env, seed = env_for_row(row.input_metadata.row_id or "", row.input_metadata.dataset_info)
-        env.reset(seed)
-        register_truth(env)
     return out
 
 

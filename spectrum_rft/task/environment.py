@@ -20,14 +20,12 @@ import json
 import math
 from bisect import bisect_left
 from dataclasses import dataclass, field
-from functools import lru_cache
-from pathlib import Path
 from typing import Any, Literal
 
-import jinja2
 import numpy as np
 
 from spectrum_rft.task import reward as sr
+from spectrum_rft.task import scan_format
 from spectrum_rft.task.episode import Episode, Peak, Preset, Scan  # noqa: F401 (re-exported)
 from spectrum_rft.task.presets import PRESETS, RoundRobinPreset, get_preset  # noqa: F401
 from spectrum_rft.task.seeding import resolve_salt, seed_for_row
@@ -37,7 +35,7 @@ MemoryMode = Literal["none", "icl", "notepad", "scaffold", "scrambled", "icl_not
 # replaces through submit_report's ``notepad_update`` field.
 MEMORY_MODES: tuple[str, ...] = ("none", "icl", "notepad", "scaffold", "scrambled", "icl_notepad")
 PROMPT_VARIANTS: tuple[str, ...] = ("explicit", "weak", "notepad-vague", "notepad-explicit")
-TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
+TEMPLATE_DIR = scan_format.TEMPLATE_DIR  # the text format (render and parse): spectrum_rft.task.scan_format
 
 
 # --------------------------------------------------------------------------------------------------
@@ -141,31 +139,11 @@ def tool_schemas(memory_mode: str, preset: str = "default") -> list[dict]:
     return tools
 
 
-@lru_cache(maxsize=1)
-def _templates() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
-        autoescape=False,
-        keep_trailing_newline=False,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        undefined=jinja2.StrictUndefined,
-    )
-    env.filters["mhz"] = lambda x: f"{x:.1f}"
-    return env
-
-
 def render_system_prompt(config: EnvConfig) -> str:
     p = get_preset(config.preset)
-    return _templates().get_template("system.j2").render(
-        variant=config.prompt,
-        memory_mode=config.memory_mode,
-        band=p.band,
-        n_scans=p.n_scans,
-        max_regions=p.max_regions,
-        report_width=p.report_width,
-        think=config.think,
-    ).strip()
+    return scan_format.render_system_prompt(variant=config.prompt, memory_mode=config.memory_mode, band=p.band,
+                                            n_scans=p.n_scans, max_regions=p.max_regions,
+                                            report_width=p.report_width, think=config.think)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -244,6 +222,21 @@ def _near(sorted_xs: list[float], x: float, tol: float) -> bool:
 EXTRA_SUBMIT = ("Error: this scan was already reported by an earlier submit_report in this message; "
                 "this call was ignored.")
 AFTER_END = "Error: all scans are recorded; this call was ignored."
+STILL_OPEN = " The scan is still open; call submit_report again."
+NUDGE = "No tool call received. Call submit_report with the centre frequencies of all occupied regions."
+# Tool-call arguments (as the model wrote them, UTF-8) larger than this are refused whole, by size, on every
+# transport: the MCP transport cannot carry much more (mcp's 4 MiB request limit) and sends only the size.
+MAX_ARGUMENT_BYTES = 2 << 20
+
+
+def argument_bytes(arguments: Any) -> int:
+    """UTF-8 size of tool-call arguments written as text (0 for anything else); exact only when it can
+    exceed :data:`MAX_ARGUMENT_BYTES` (a cheap bound otherwise)."""
+    if isinstance(arguments, bytes):
+        return len(arguments)
+    if not isinstance(arguments, str) or 4 * len(arguments) <= MAX_ARGUMENT_BYTES:
+        return len(arguments) if isinstance(arguments, str) else 0
+    return len(arguments.encode("utf-8", "surrogatepass"))
 
 
 @dataclass(slots=True)
@@ -255,10 +248,11 @@ class ToolResult:
     advanced: bool = False  # the scan was scored and the episode moved on
     reward: float | None = None  # the scored reward, when ``advanced``
     error: str | None = None
+    skipped: bool = False  # this call ended the model turn and the call budget closed the scan
 
     def as_dict(self) -> dict:
         return {"content": self.content, "ok": self.ok, "advanced": self.advanced, "reward": self.reward,
-                "error": self.error}
+                "error": self.error, "skipped": self.skipped}
 
 
 @dataclass(slots=True)
@@ -288,8 +282,6 @@ class SpectrumEnv:
         self.preset = get_preset(self.config.preset)
         self._s: _State | None = None
         self._echo: list[float] | None = None  # the memory echo shown with the open scan
-        self._static_tail = _templates().get_template("scan.j2").render(
-            mode="tail", echo=None, notepad=None, max_regions=self.preset.max_regions).strip()
 
     # ---- gym API ---------------------------------------------------------------------------------
 
@@ -301,11 +293,7 @@ class SpectrumEnv:
         truth_merged = sr.report_intervals([c for c, _ in ep.truth], [w for _, w in ep.truth], ep.band)
         scramble = np.random.default_rng([seed, 0x5C4A]) if self.config.memory_mode == "scrambled" else None
         # Every scan body in one template pass; only the echo/notepad tail is rendered per scan.
-        sep = "\x1e"
-        band_text = f"{ep.band[0]:.1f}-{ep.band[1]:.1f}"
-        text = _templates().get_template("scan.j2").render(mode="bodies", scans=ep.scans, band_text=band_text,
-                                                            noise_floor=ep.noise_floor, sep=sep)
-        bodies = [b.strip() for b in text.split(sep)[: len(ep.scans)]]
+        bodies = scan_format.render_bodies(ep)
         truth_iv = [(c - 0.5 * w, c + 0.5 * w) for c, w in ep.truth]
         self._s = _State(ep, seed, truth_merged, bodies, truth_iv, scramble=scramble)
         self._echo = self._make_echo()
@@ -337,12 +325,32 @@ class SpectrumEnv:
 
     # ---- tools (the one implementation both rollout paths call) ----------------------------------
 
-    def call_tool(self, name: str, arguments: Any) -> ToolResult:
+    def call_tool(self, name: str, arguments: Any, *, size: int | None = None, ends_turn: bool = False) -> ToolResult:
         """Run one tool call from the model. Never raises for bad model input.
 
         Within one model turn (from :meth:`begin_model_turn` to :meth:`end_model_turn`) only the first
         scored ``submit_report`` counts: a further one gets an error and never lands on the next scan.
-        Calls after the last scan get an error too. Both are counted as faults."""
+        Calls after the last scan get an error too. Both are counted as faults. Arguments written as text
+        longer than :data:`MAX_ARGUMENT_BYTES` are refused by size (``size``: that size, from a transport
+        that carried only the size). ``ends_turn``: the last call of the model's message; the turn is
+        ended here (:meth:`end_model_turn`) and, when the budget closes the scan, the text says so."""
+        res = self._call_tool(name, arguments, size)
+        if ends_turn and self.end_model_turn():
+            res.content = (res.content.removesuffix(STILL_OPEN) + f"\nScan {self.scan_index} closed without a "
+                           f"valid report ({self.config.max_calls_per_scan} model calls used); it is scored as an "
+                           "empty report.")
+            res.skipped = True
+        return res
+
+    def no_tool_call(self) -> str | None:
+        """A model reply without any tool call: one model call against the scan's budget. Returns the
+        reminder for the model, or None when the budget closed the scan (the next scan follows)."""
+        if self.done:
+            return None
+        forced = self.end_model_turn()
+        return None if forced or self.done else NUDGE
+
+    def _call_tool(self, name: str, arguments: Any, size: int | None) -> ToolResult:
         s = self._state()
         assert s is not None
         if self.done:
@@ -351,6 +359,11 @@ class SpectrumEnv:
         if name == "submit_report" and s.turn_open and s.reported_this_turn:
             self._fault("extra_submit")
             return ToolResult(EXTRA_SUBMIT, ok=False, error="extra submit_report")
+        size = max(size or 0, argument_bytes(arguments))
+        if size > MAX_ARGUMENT_BYTES:
+            self._fault("arguments_too_large")
+            msg = f"the arguments are {size} bytes; the limit is {MAX_ARGUMENT_BYTES}"
+            return ToolResult(f"Error: {msg}. The call was ignored.", ok=False, error=msg)
         if name == "submit_report":
             if isinstance(arguments, (str, bytes)):
                 try:
@@ -358,17 +371,14 @@ class SpectrumEnv:
                 except (ValueError, RecursionError) as e:
                     self._fault("invalid_report")
                     msg = f"arguments are not valid JSON: {str(e)[:80]}"
-                    return ToolResult(f"Error: {msg}. The scan is still open; call submit_report again.",
-                                      ok=False, error=msg)
+                    return ToolResult(f"Error: {msg}.{STILL_OPEN}", ok=False, error=msg)
             note = None
             if self.config.memory_mode == "icl_notepad" and isinstance(arguments, dict) and "notepad_update" in arguments:
                 note = self._set_notepad(arguments["notepad_update"])
             obs, reward, _, _, info = self.step(arguments)
             if not info["advanced"]:
-                return ToolResult(f"Error: {info['error']}. The scan is still open; call submit_report again.",
-                                  ok=False, error=info["error"])
-            text = _templates().get_template("feedback.j2").render(scan=info["scan"], n_scans=self.n_scans,
-                                                                   done=self.done).strip()
+                return ToolResult(f"Error: {info['error']}.{STILL_OPEN}", ok=False, error=info["error"])
+            text = scan_format.render_feedback(info["scan"], self.n_scans, self.done)
             if note is not None and not note.ok:
                 text += f" (notepad not updated: {note.error})"
             s.reported_this_turn = True
@@ -390,8 +400,9 @@ class SpectrumEnv:
             return self._set_notepad(args.get("text") if isinstance(args, dict) else None)
         self._fault("unknown_tool")
         shown = str(name)[:40]
-        return ToolResult(f"Error: unknown tool {shown!r}. Available: "
-                          + ", ".join(t["function"]["name"] for t in self.tools()), ok=False, error="unknown_tool")
+        return ToolResult(f"Error: unknown tool: {shown}. Valid tools: "
+                          + ", ".join(t["function"]["name"] for t in self.tools()) + ".", ok=False,
+                          error="unknown_tool")
 
     def _set_notepad(self, text: Any) -> ToolResult:
         """Replace the notepad. Too long or not a string: refused, the old notepad is kept."""
@@ -472,7 +483,7 @@ class SpectrumEnv:
         s = self._state()
         assert s is not None
         if self.done:
-            return {"prompt": f"Monitoring complete: all {self.n_scans} scans recorded.", "scan": self.n_scans,
+            return {"prompt": scan_format.render_complete(self.n_scans), "scan": self.n_scans,
                     "n_scans": self.n_scans, "done": True}
         return {"prompt": self.render_scan(s.scan), "scan": s.scan + 1, "n_scans": self.n_scans, "done": False}
 
@@ -482,12 +493,7 @@ class SpectrumEnv:
         assert s is not None
         echo = self._echo if index == s.scan else None
         notepad = s.notepad if self.config.memory_mode == "icl_notepad" and index == s.scan else None
-        if echo is None and notepad is None:
-            tail = self._static_tail
-        else:
-            tail = _templates().get_template("scan.j2").render(mode="tail", echo=echo, notepad=notepad,
-                                                                max_regions=self.preset.max_regions).strip()
-        return s.bodies[index] + "\n" + tail
+        return scan_format.render_scan(s.bodies[index], echo, notepad, self.preset.max_regions)
 
     def truth(self) -> list[tuple[float, float]]:
         """Privileged: every transmitter's (centre, bandwidth). For oracles and analysis only."""

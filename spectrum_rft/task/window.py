@@ -5,9 +5,9 @@
   the system message + the message carrying the current scan + this scan's own tool traffic. Its only
   memory across scans is then what the environment puts into the scan (scaffold echo) or the notepad.
 
-A scan is recognised by the environment's scan header (``Scan k/N | band ...``) in a ``user`` message
-(in-process path) or in the result of a ``submit_report`` call (MCP path: the scan arrives with the
-acknowledgement of the previous report). Nothing the model writes counts — not its own text, and not a
+A scan is recognised by the environment's scan header (:func:`spectrum_rft.task.scan_format.is_scan_text`)
+in a ``user`` message (in-process path) or in the result of a ``submit_report`` call (MCP path: the scan
+arrives with the acknowledgement of the previous report). Nothing the model writes counts — not its own text, and not a
 notepad it reads back — so a model cannot move its window by typing a header. On the
 MCP path the window starts at the assistant message whose tool call returned the scan, so every tool
 result in the window still follows the call it answers (the chat API rejects orphaned tool results).
@@ -21,9 +21,10 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence, TypeVar
 
+from spectrum_rft.task.scan_format import is_scan_text
+
 M = TypeVar("M")
 
-SCAN_HEADER = re.compile(r"^Scan \d+/\d+ \| band ", re.M)
 _THINK = re.compile(r"<think>.*?(</think>\s*|$)", re.S)
 
 
@@ -60,7 +61,7 @@ def is_scan_message(msg: Any, report_call_ids: set | None = None) -> bool:
     role = _get(msg, "role")
     if role == "tool" and report_call_ids is not None and _get(msg, "tool_call_id") not in report_call_ids:
         return False
-    return role in ("user", "tool") and SCAN_HEADER.search(_text(_get(msg, "content"))) is not None
+    return role in ("user", "tool") and is_scan_text(_text(_get(msg, "content")))
 
 
 def report_call_ids(messages: Sequence[Any]) -> set:

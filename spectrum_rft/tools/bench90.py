@@ -6,16 +6,21 @@
 Scripted ``spectrum/<policy>`` models are played directly on the environment (the fast path); any other
 litellm model goes through the in-process rollout processor. :func:`summarize` gives per-run and mean
 available-IoU, stage means, first-10 vs last-10.
+
+Offline, set ``LITELLM_LOCAL_MODEL_COST_MAP=True`` before running (as ``scripts/test.sh`` does): litellm
+otherwise fetches its cost map at import, and the failing fetch's warning has been seen to race a lazy
+import in a background thread (``deadlock detected by _ModuleLock('litellm.rust_bridge.catalog')``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
+import math
 import sys
 from typing import Any, Sequence
 
+from spectrum_rft.common.stats import mean
 from spectrum_rft.task.bench90 import BENCH90, N_RUNS, SCANS_PER_STAGE, STAGES, check_run
 from spectrum_rft.task.environment import EnvConfig, SpectrumEnv
 
@@ -39,19 +44,12 @@ def env_config(system: str, prompt: str = "weak") -> EnvConfig:
     return EnvConfig(preset="bench90", memory_mode=SYSTEMS[system], reward=REWARD, prompt=prompt)
 
 
-def _litellm_local_cost_map() -> None:
-    """Before litellm is first imported: use its bundled cost map unless the caller chose otherwise.
-    Offline, litellm's import-time fetch fails and its warning races a lazy import in a background
-    thread (observed: ``deadlock detected by _ModuleLock('litellm.rust_bridge.catalog')``)."""
-    if "litellm" not in sys.modules:
-        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
-
 def play_policy(policy: str, system: str, run: int, prompt: str = "weak") -> list[dict]:
     """A scripted policy played directly on the environment (no litellm, no dialogue loop); returns the
     env's per-scan records. The policy reads exactly what the model would under ``system``: the current
     scan (``stateless``), every scan so far (``icl``, no token budget), the echo (``scaffold``), or the
-    current scan with its notepad (``icl_notepad``, through ``spectrum_models.decide``)."""
+    current scan with its notepad (``icl_notepad``, through :func:`spectrum_rft.baselines.models.decide`).
+    The privileged oracle is handed the truth of the env played here."""
     from spectrum_rft.baselines import policies as sp  # noqa: PLC0415
     from spectrum_rft.baselines.audit import run_episode  # noqa: PLC0415
 
@@ -60,15 +58,14 @@ def play_policy(policy: str, system: str, run: int, prompt: str = "weak") -> lis
     if system != "icl_notepad":
         run_episode(env, policy, check_run(run), history=(system == "icl"))
         return env.scan_records()
-    _litellm_local_cost_map()
     from spectrum_rft.baselines import models as spectrum_models  # noqa: PLC0415  (litellm: only for this system)
 
     obs, _ = env.reset(seed=check_run(run))
-    sp.register_truth(env)
+    truth = env.truth() if policy == "oracle" else None
     system_msg = {"role": "system", "content": env.system_prompt()}
     while not obs["done"]:
         _, calls = spectrum_models.decide(policy, [system_msg, {"role": "user", "content": obs["prompt"]}],
-                                          env.tools())
+                                          env.tools(), truth=truth)
         result = env.call_tool(calls[-1]["name"], calls[-1]["arguments"])
         env.end_model_turn(result.advanced)  # one model turn per scan
         if not result.advanced:
@@ -82,8 +79,11 @@ def play_policy(policy: str, system: str, run: int, prompt: str = "weak") -> lis
 # --------------------------------------------------------------------------------------------------
 
 
-def _mean(xs: Sequence[float]) -> float:
-    return float(sum(xs) / len(xs)) if xs else float("nan")
+def _mean(xs: Sequence[float | None]) -> float:
+    """:func:`spectrum_rft.common.stats.mean` (None values skipped); NaN, explicitly, when nothing is
+    left to average (an empty slice: the tables print ``nan`` rather than fail)."""
+    m = mean(xs)
+    return math.nan if m is None else m
 
 
 def summarize_run(run: int, records: Sequence[dict]) -> dict:
@@ -190,10 +190,9 @@ def evaluate(model: str, system: str, runs: int, via: str = "auto", prompt: str 
 def bench_rows(model: str, system: str, runs: int, prompt: str = "weak", think: bool = False) -> list:
     """One eval-protocol row per run: ``environment_context`` names the preset, the memory mode of the
     system, the reward, and pins the seed to the run index (the seed is not derived from the row id).
-    The bands are registered for the privileged oracle model."""
+    No env is reset here: the privileged oracle model rebuilds its row from the call's litellm metadata."""
     from eval_protocol.models import EvaluationRow  # noqa: PLC0415
 
-    from spectrum_rft.baselines import policies as sp  # noqa: PLC0415
     from spectrum_rft.task.environment import env_for_row  # noqa: PLC0415
 
     cfg = EnvConfig(**{**env_config(system, prompt).to_dict(), "think": think})
@@ -202,11 +201,9 @@ def bench_rows(model: str, system: str, runs: int, prompt: str = "weak", think: 
         row_id = f"bench90-{system}-run{run}"
         ctx = {**cfg.to_dict(), "seed": run, "row_id": row_id, "run": run}
         info = {"environment_context": ctx}
-        env, seed = env_for_row(row_id, info)
-        if seed != run:  # spectrum_adapter.env_for_row honours the pin for presets with seed_is_run_index
+        _, seed = env_for_row(row_id, info)
+        if seed != run:  # env_for_row honours the pin for presets with seed_is_run_index
             raise RuntimeError(f"bench90: row {row_id} would play seed {seed}, not its pinned run {run}")
-        env.reset(seed)
-        sp.register_truth(env)
         rows.append(EvaluationRow.model_validate(
             {"messages": [], "input_metadata": {"row_id": row_id, "dataset_info": info}}))
     return rows
@@ -221,14 +218,7 @@ def run_with_processor(model: str, system: str, runs: int, prompt: str = "weak",
     env's per-scan records of each run. ``progress``: a stream for progress lines (None: silent). A row
     that ended in error still has every scan scored (the processor closes the rest as empty reports); the
     errors are raised together (:class:`BenchRowError`) after every row finished."""
-    _litellm_local_cost_map()
-    try:
-        from spectrum_rft.rollouts.turn import SpectrumTurnRolloutProcessor  # noqa: PLC0415
-    except ModuleNotFoundError as e:
-        if e.name != "spectrum_turn_processor":
-            raise
-        raise RuntimeError("bench90 needs spectrum_turn_processor.py to run a model; scripted policies "
-                           "run without it (--via direct)") from None
+    from spectrum_rft.rollouts.turn import SpectrumTurnRolloutProcessor  # noqa: PLC0415
     import asyncio  # noqa: PLC0415
 
     from eval_protocol.pytest.types import RolloutProcessorConfig  # noqa: PLC0415
