@@ -28,7 +28,13 @@ from spectrum_rft.rollouts.dataset import dataset_adapter, make_rows  # noqa: E4
 from spectrum_rft.task.environment import env_for_row  # noqa: E402
 from spectrum_rft.rollouts.row_result import evaluate_row  # noqa: E402
 from spectrum_rft.task.environment import EXTRA_SUBMIT  # noqa: E402
-from spectrum_rft.rollouts.turn import NUDGE, SpectrumTurnRolloutProcessor, _Stats  # noqa: E402
+from spectrum_rft.baselines import models as spectrum_models  # noqa: E402
+from spectrum_rft.rollouts.loop import InProcessEpisode, _Stats, run_tools  # noqa: E402
+from spectrum_rft.rollouts.turn import NUDGE, SpectrumTurnRolloutProcessor  # noqa: E402
+
+# the scripted ``spectrum/<policy>`` models, registered by explicit configuration (the rollouts never import
+# the baselines); ``prepare`` once the baselines offer it
+PREPARE = getattr(spectrum_models, "prepare", None) or (lambda params: spectrum_models.register())
 
 N_SCANS = 12
 
@@ -73,7 +79,7 @@ def rows(n=1, memory_mode="scaffold", prompt="explicit"):
 
 def fast_processor(**kw):
     return SpectrumTurnRolloutProcessor(**{"llm_tries": 3, "backoff_base": 0.001, "backoff_max": 0.002,
-                                           "request_timeout": 5.0, **kw})
+                                           "request_timeout": 5.0, "prepare_model": PREPARE, **kw})
 
 
 def run(rows_, params, processor=None, logger=None, concurrency=64):
@@ -306,9 +312,14 @@ def test_text_without_tool_calls(llm):
     assert scan_number(llm.requests[1]) == 1
 
 
+def row_meta(row):
+    """What a ``spectrum/`` model gets in its litellm metadata (the loopback oracle needs it too)."""
+    return {"row_id": row.input_metadata.row_id, "dataset_info": row.input_metadata.dataset_info}
+
+
 def test_two_submits_in_one_message(llm, clean):
     honest = policy_responder("accumulate")
-    oracle = policy_responder("oracle")
+    oracle = policy_responder("oracle", row=row_meta(rows()[0]))
 
     def double(req):
         _, body, _ = honest(req)
@@ -456,7 +467,7 @@ def test_48_concurrent_rollouts_of_one_row_stay_separate(llm):
             tasks += proc([row.model_copy(deep=True) for _ in range(8)], cfg)
         return await asyncio.gather(*tasks)
 
-    llm.responder = lambda r: policy_responder(r["model"])(r)
+    llm.responder = lambda r: policy_responder(r["model"], row=row_meta(row))(r)
     out = asyncio.run(go())
     assert len(out) == 48
     scans = {tuple(m.content for m in r.messages if m.role == "user" and m.content.startswith("Scan ")) for r in out}
@@ -505,21 +516,24 @@ names = st.sampled_from(["submit_report", "notepad_read", "notepad_write", "othe
        messages=st.lists(st.lists(st.tuples(names, arguments), min_size=0, max_size=4), min_size=1, max_size=8))
 def test_arbitrary_tool_calls_never_crash_the_loop(mode, messages):
     row = make_rows(1, memory_mode=mode, prefix="prop")[0]
-    env, seed = env_for_row(row["id"], row["environment_context"])
-    env.reset(seed)
+    ep = InProcessEpisode(row["id"], row["environment_context"])
+    env = ep.env
+    asyncio.run(ep.start())
     transcript: list[dict] = []
     for calls in messages:
         if env.done:
             break
         tcs = [tool_call(n, a, f"c{i}") for i, (n, a) in enumerate(calls)]
         before, n_before = env.scan_index, len(transcript)
-        advanced = SpectrumTurnRolloutProcessor._run_tools(env, tcs, transcript, _Stats())
-        env.end_model_turn(advanced)
+        if tcs:
+            asyncio.run(run_tools(ep, tcs, transcript, _Stats()))
+        else:
+            asyncio.run(ep.no_tool_call())
         results = transcript[n_before:]
         assert [m["tool_call_id"] for m in results] == [tc["id"] for tc in tcs]  # one result per call
         assert env.done or env.scan_index in (before, before + 1)  # at most one scan closes per message
         assert sum(1 for m in results if m["content"].startswith("Scan ")) <= 1
-        assert advanced == (env.done or env.scan_index == before + 1) or not advanced
+        assert not env.turn_open  # every message ends its model turn
     env.finish("test")
     m = env.metrics()
     assert len(m["per_scan_reward"]) == N_SCANS and all(0.0 <= r <= 1.0 for r in m["per_scan_reward"])

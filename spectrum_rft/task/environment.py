@@ -222,6 +222,21 @@ def _near(sorted_xs: list[float], x: float, tol: float) -> bool:
 EXTRA_SUBMIT = ("Error: this scan was already reported by an earlier submit_report in this message; "
                 "this call was ignored.")
 AFTER_END = "Error: all scans are recorded; this call was ignored."
+STILL_OPEN = " The scan is still open; call submit_report again."
+NUDGE = "No tool call received. Call submit_report with the centre frequencies of all occupied regions."
+# Tool-call arguments (as the model wrote them, UTF-8) larger than this are refused whole, by size, on every
+# transport: the MCP transport cannot carry much more (mcp's 4 MiB request limit) and sends only the size.
+MAX_ARGUMENT_BYTES = 2 << 20
+
+
+def argument_bytes(arguments: Any) -> int:
+    """UTF-8 size of tool-call arguments written as text (0 for anything else); exact only when it can
+    exceed :data:`MAX_ARGUMENT_BYTES` (a cheap bound otherwise)."""
+    if isinstance(arguments, bytes):
+        return len(arguments)
+    if not isinstance(arguments, str) or 4 * len(arguments) <= MAX_ARGUMENT_BYTES:
+        return len(arguments) if isinstance(arguments, str) else 0
+    return len(arguments.encode("utf-8", "surrogatepass"))
 
 
 @dataclass(slots=True)
@@ -233,10 +248,11 @@ class ToolResult:
     advanced: bool = False  # the scan was scored and the episode moved on
     reward: float | None = None  # the scored reward, when ``advanced``
     error: str | None = None
+    skipped: bool = False  # this call ended the model turn and the call budget closed the scan
 
     def as_dict(self) -> dict:
         return {"content": self.content, "ok": self.ok, "advanced": self.advanced, "reward": self.reward,
-                "error": self.error}
+                "error": self.error, "skipped": self.skipped}
 
 
 @dataclass(slots=True)
@@ -309,12 +325,32 @@ class SpectrumEnv:
 
     # ---- tools (the one implementation both rollout paths call) ----------------------------------
 
-    def call_tool(self, name: str, arguments: Any) -> ToolResult:
+    def call_tool(self, name: str, arguments: Any, *, size: int | None = None, ends_turn: bool = False) -> ToolResult:
         """Run one tool call from the model. Never raises for bad model input.
 
         Within one model turn (from :meth:`begin_model_turn` to :meth:`end_model_turn`) only the first
         scored ``submit_report`` counts: a further one gets an error and never lands on the next scan.
-        Calls after the last scan get an error too. Both are counted as faults."""
+        Calls after the last scan get an error too. Both are counted as faults. Arguments written as text
+        longer than :data:`MAX_ARGUMENT_BYTES` are refused by size (``size``: that size, from a transport
+        that carried only the size). ``ends_turn``: the last call of the model's message; the turn is
+        ended here (:meth:`end_model_turn`) and, when the budget closes the scan, the text says so."""
+        res = self._call_tool(name, arguments, size)
+        if ends_turn and self.end_model_turn():
+            res.content = (res.content.removesuffix(STILL_OPEN) + f"\nScan {self.scan_index} closed without a "
+                           f"valid report ({self.config.max_calls_per_scan} model calls used); it is scored as an "
+                           "empty report.")
+            res.skipped = True
+        return res
+
+    def no_tool_call(self) -> str | None:
+        """A model reply without any tool call: one model call against the scan's budget. Returns the
+        reminder for the model, or None when the budget closed the scan (the next scan follows)."""
+        if self.done:
+            return None
+        forced = self.end_model_turn()
+        return None if forced or self.done else NUDGE
+
+    def _call_tool(self, name: str, arguments: Any, size: int | None) -> ToolResult:
         s = self._state()
         assert s is not None
         if self.done:
@@ -323,6 +359,11 @@ class SpectrumEnv:
         if name == "submit_report" and s.turn_open and s.reported_this_turn:
             self._fault("extra_submit")
             return ToolResult(EXTRA_SUBMIT, ok=False, error="extra submit_report")
+        size = max(size or 0, argument_bytes(arguments))
+        if size > MAX_ARGUMENT_BYTES:
+            self._fault("arguments_too_large")
+            msg = f"the arguments are {size} bytes; the limit is {MAX_ARGUMENT_BYTES}"
+            return ToolResult(f"Error: {msg}. The call was ignored.", ok=False, error=msg)
         if name == "submit_report":
             if isinstance(arguments, (str, bytes)):
                 try:
@@ -330,15 +371,13 @@ class SpectrumEnv:
                 except (ValueError, RecursionError) as e:
                     self._fault("invalid_report")
                     msg = f"arguments are not valid JSON: {str(e)[:80]}"
-                    return ToolResult(f"Error: {msg}. The scan is still open; call submit_report again.",
-                                      ok=False, error=msg)
+                    return ToolResult(f"Error: {msg}.{STILL_OPEN}", ok=False, error=msg)
             note = None
             if self.config.memory_mode == "icl_notepad" and isinstance(arguments, dict) and "notepad_update" in arguments:
                 note = self._set_notepad(arguments["notepad_update"])
             obs, reward, _, _, info = self.step(arguments)
             if not info["advanced"]:
-                return ToolResult(f"Error: {info['error']}. The scan is still open; call submit_report again.",
-                                  ok=False, error=info["error"])
+                return ToolResult(f"Error: {info['error']}.{STILL_OPEN}", ok=False, error=info["error"])
             text = scan_format.render_feedback(info["scan"], self.n_scans, self.done)
             if note is not None and not note.ok:
                 text += f" (notepad not updated: {note.error})"
@@ -361,8 +400,9 @@ class SpectrumEnv:
             return self._set_notepad(args.get("text") if isinstance(args, dict) else None)
         self._fault("unknown_tool")
         shown = str(name)[:40]
-        return ToolResult(f"Error: unknown tool {shown!r}. Available: "
-                          + ", ".join(t["function"]["name"] for t in self.tools()), ok=False, error="unknown_tool")
+        return ToolResult(f"Error: unknown tool: {shown}. Valid tools: "
+                          + ", ".join(t["function"]["name"] for t in self.tools()) + ".", ok=False,
+                          error="unknown_tool")
 
     def _set_notepad(self, text: Any) -> ToolResult:
         """Replace the notepad. Too long or not a string: refused, the old notepad is kept."""
