@@ -198,7 +198,7 @@ def test_no_folder_the_uploader_drops(folder):
 def test_the_checker_sees_a_violation(monkeypatch, tmp_path):
     """The checks can fail: an upward import and private accesses are found in a synthetic module."""
     src = ("import litellm\nfrom mcp.server.fastmcp import FastMCP\nfrom spectrum_rft.tools import cli\n"
-           "x = litellm._private_thing\n"
+           "def f():\n    return litellm._private_thing\n"
            "class S(FastMCP):\n    def _handle(self):\n        return self._tool_manager\n")
     probe = tmp_path / "spectrum_rft" / "task"
     probe.mkdir(parents=True)
