@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import os
 import subprocess
 import sys
@@ -227,6 +228,26 @@ def test_summary_of_a_run(avail):
     assert s["first10"] == pytest.approx(sum(avail[:10]) / 10) and s["last10"] == pytest.approx(sum(avail[-10:]) / 10)
 
 
+def test_summary_mean_is_the_common_one():
+    """``common.stats.mean`` (None skipped); an empty slice is NaN, explicitly, so tables still print."""
+    recs = [{"avail": a, "occ": 0.5} for a in (0.1, 0.2, 0.3)]
+    s = b9.summarize_run(0, recs)
+    assert s["mean_avail"] == pytest.approx(0.2) and s["first10"] == pytest.approx(0.2)
+    assert all(math.isnan(v) for v in s["stage_means"][1:])  # 3 records: stages 2 and 3 are empty
+    assert math.isnan(b9.summarize_run(0, [])["mean_avail"])
+    assert math.isnan(b9.summarize("m", "stateless", [], "direct")["mean_avail"])
+
+
+def test_bench90_sets_no_environment_variable():
+    """No process-wide side effect: offline users set LITELLM_LOCAL_MODEL_COST_MAP themselves (scripts/test.sh)."""
+    import ast  # noqa: PLC0415
+
+    tree = ast.parse(Path(b9.__file__).read_text())
+    touched = [ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+               and (n.attr in ("environ", "putenv") or ast.unparse(n) == "sys.modules")]
+    assert touched == []
+
+
 # ---- acceptance ----------------------------------------------------------------------------------
 
 
@@ -313,10 +334,15 @@ def test_dispatcher_and_wrapper():
 # ---- the model path: rows through spectrum_turn_processor ----------------------------------------
 
 
-def test_bench_rows_pin_the_run():
+def test_bench_rows_pin_the_run(monkeypatch):
     from spectrum_rft.task.environment import env_for_row
 
-    rows = b9.bench_rows("spectrum/oracle", "icl_notepad", 3)
+    def no_reset(*a, **k):
+        raise AssertionError("bench_rows must not reset an env (no truth is registered anywhere)")
+
+    with monkeypatch.context() as m:
+        m.setattr(SpectrumEnv, "reset", no_reset)
+        rows = b9.bench_rows("spectrum/oracle", "icl_notepad", 3)
     assert [r.input_metadata.row_id for r in rows] == [f"bench90-icl_notepad-run{i}" for i in range(3)]
     for i, r in enumerate(rows):
         ctx = r.input_metadata.dataset_info["environment_context"]
@@ -327,14 +353,16 @@ def test_bench_rows_pin_the_run():
         env_for_row("bench90-x", {"environment_context": {"preset": "bench90"}})
 
 
-def test_processor_path_matches_the_direct_path():
-    for model, system in (("spectrum/memoryless", "stateless"), ("spectrum/accumulate", "icl"),
-                          ("spectrum/oracle", "icl_notepad")):
-        via = b9.evaluate(model, system, 2, via="processor", token_budget=None)
-        direct = b9.evaluate(model, system, 2, via="direct")
-        assert via["errors"] == [] and via["via"] == "processor"
-        assert [r["mean_avail"] for r in via["per_run"]] == pytest.approx([r["mean_avail"] for r in direct["per_run"]])
-        assert via["stage_means"] == pytest.approx(direct["stage_means"])
+@pytest.mark.parametrize("model, system", [
+    ("spectrum/memoryless", "stateless"), ("spectrum/accumulate", "icl"),
+    ("spectrum/oracle", "icl_notepad"),  # privileged: its row travels in litellm metadata["spectrum_row"]
+])
+def test_processor_path_matches_the_direct_path(model, system):
+    via = b9.evaluate(model, system, 2, via="processor", token_budget=None)
+    direct = b9.evaluate(model, system, 2, via="direct")
+    assert via["errors"] == [] and via["via"] == "processor"
+    assert [r["mean_avail"] for r in via["per_run"]] == pytest.approx([r["mean_avail"] for r in direct["per_run"]])
+    assert via["stage_means"] == pytest.approx(direct["stage_means"])
 
 
 def test_a_model_over_http(monkeypatch, capsys):

@@ -67,7 +67,8 @@ _SEP = "\x1e"  # separates the bodies of one rendering pass (never part of a ren
 
 
 def render_bodies(episode: "Episode") -> list[str]:
-    """Every scan body of an episode (header + peak table), rendered in one template pass."""
+    """Every scan body of an episode (header + peak table), rendered in one template pass. A scan's note
+    (the preset's, e.g. a stage name) is one line without the separator ``\\x1e``."""
     band_text = f"{episode.band[0]:.1f}-{episode.band[1]:.1f}"
     text = templates().get_template("scan.j2").render(mode="bodies", scans=episode.scans, band_text=band_text,
                                                        noise_floor=episode.noise_floor, sep=_SEP)

@@ -218,13 +218,16 @@ def run_with_processor(model: str, system: str, runs: int, prompt: str = "weak",
     env's per-scan records of each run. ``progress``: a stream for progress lines (None: silent). A row
     that ended in error still has every scan scored (the processor closes the rest as empty reports); the
     errors are raised together (:class:`BenchRowError`) after every row finished."""
-    from spectrum_rft.rollouts.turn import SpectrumTurnRolloutProcessor  # noqa: PLC0415
     import asyncio  # noqa: PLC0415
 
     from eval_protocol.pytest.types import RolloutProcessorConfig  # noqa: PLC0415
 
+    from spectrum_rft.baselines import models as spectrum_models  # noqa: PLC0415
+    from spectrum_rft.rollouts.turn import SpectrumTurnRolloutProcessor  # noqa: PLC0415
+
     rows = bench_rows(model, system, runs, prompt, think)
     params: dict[str, Any] = {"model": model, **(extra_params or {})}
+    spectrum_models.prepare(params)  # a scripted spectrum/<policy> model: its litellm provider
     if temperature is not None:
         params["temperature"] = temperature
     if max_tokens is not None:
@@ -330,6 +333,12 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--completion-params is not JSON: {e}")
     if extra is not None and not isinstance(extra, dict):
         ap.error("--completion-params must be a JSON object")
+    if a.via == "processor" or policy_name(a.model) is None:
+        import litellm  # noqa: PLC0415
+
+        # The command owns its process: stdout is the result (a table or JSON), so litellm's "Give Feedback"
+        # banner, printed to stdout on every failed request, is switched off here (never at import).
+        litellm.suppress_debug_info = True
     options = {"think": a.think, "concurrency": a.concurrency, "token_budget": a.token_budget or None,
                "llm_tries": a.llm_tries, "temperature": a.temperature, "max_tokens": a.max_tokens,
                "extra_params": extra, "progress": None if a.quiet else sys.stderr}
