@@ -1,12 +1,12 @@
-"""Evaluation entry of the McpGym path: ``pytest test_spectrum_rft.py::test_spectrum_rft``.
+"""Evaluation entry of the MCP path: ``pytest test_spectrum_rft.py::test_spectrum_rft``.
 
-eval-protocol's ``MCPGymRolloutProcessor`` machinery (via :class:`spectrum_mcp_processor.
-SpectrumMcpRolloutProcessor`) starts ``spectrum_server.py`` (absolute path, one shared server per
-process) and drives it: the scans arrive as tool results, ``submit_report`` / ``notepad_*`` are MCP tools,
-and the per-scan rewards come back from the server as data. The default model is the scripted
-``spectrum/accumulate`` baseline, so the entry runs offline with no key; switch models with
-``--ep-completion-params '{"model": "accounts/fireworks/models/qwen3-8b", "use_caching": false}'`` and
-datasets with ``--ep-jsonl-path``. Same ``EvaluateResult`` as ``test_spectrum_turn.py``.
+:class:`spectrum_rft.rollouts.mcp_client.SpectrumMcpRolloutProcessor` starts ``spectrum_server.py`` (an
+eval-protocol ``McpGym``; absolute path, one shared server per process, stopped by the processor's
+``cleanup()``) and runs the project's one rollout loop over an MCP connection per rollout: every tool call
+is one MCP call, the server's env judges it, the per-scan rewards come back as data. The default model is
+the scripted ``spectrum/accumulate`` baseline (registered by ``prepare_model``), so the entry runs offline
+with no key; switch models with ``--ep-completion-params '{"model": "accounts/fireworks/models/qwen3-8b"}'``
+and datasets with ``--ep-jsonl-path``. Same rollout and same ``EvaluateResult`` as ``test_spectrum_turn.py``.
 """
 
 from pathlib import Path
@@ -14,24 +14,21 @@ from pathlib import Path
 from eval_protocol.models import EvaluationRow
 from eval_protocol.pytest import evaluation_test
 
-from make_spectrum_dataset import dataset_adapter
-from spectrum_eval_result import evaluate_row
-from spectrum_mcp_processor import SERVER_SCRIPT, SpectrumMcpRolloutProcessor
+from spectrum_rft.baselines.models import prepare
+from spectrum_rft.rollouts.dataset import dataset_adapter
+from spectrum_rft.rollouts.mcp_client import SERVER_SCRIPT, SpectrumMcpRolloutProcessor
+from spectrum_rft.rollouts.row_result import evaluate_row
 
 DATASET = Path(__file__).resolve().parent / "data" / "spectrum_default16.jsonl"
-# Tool calls per rollout: 12 scans x (up to 4 model calls per scan, a notepad read + write + report each),
-# so the env's own call budget, not eval-protocol's step cap, decides when a scan is given up.
-STEPS = 12 * 4 * 3
 
 
 @evaluation_test(
     input_dataset=[str(DATASET)],
     dataset_adapter=dataset_adapter,
-    completion_params=[{"model": "spectrum/accumulate", "temperature": 0.0, "use_caching": False}],
-    rollout_processor=SpectrumMcpRolloutProcessor(),
+    completion_params=[{"model": "spectrum/accumulate", "temperature": 0.0}],
+    rollout_processor=SpectrumMcpRolloutProcessor(prepare_model=prepare),  # registers spectrum/<policy>
     rollout_processor_kwargs={"server_mode": "shared"},
     server_script_path=SERVER_SCRIPT,
-    steps=STEPS,
     mode="pointwise",
     num_runs=1,
     max_concurrent_rollouts=32,

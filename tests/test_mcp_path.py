@@ -1,5 +1,7 @@
-"""The McpGym path end to end: SpectrumMcpRolloutProcessor -> the real spectrum_server.py process, with
-litellm talking HTTP to a loopback chat server (tests/loopback_llm.py) playing scripted behaviours."""
+"""The MCP path end to end: SpectrumMcpRolloutProcessor (the shared rollout loop over an MCP connection) ->
+the real spectrum_server.py process (an McpGym), with litellm talking HTTP to a loopback chat server
+(tests/loopback_llm.py) playing scripted behaviours. Same-behaviour-on-both-paths cases:
+tests/test_rollout_parity.py."""
 
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from spectrum_rft.rollouts.dataset import dataset_adapter, make_rows  # noqa: E4
 from spectrum_rft.task.environment import SpectrumEnv, env_for_row, row_config  # noqa: E402
 from spectrum_rft.task.window import is_scan_message  # noqa: E402
 from spectrum_rft.rollouts.row_result import evaluate_row  # noqa: E402
-from spectrum_rft.rollouts.turn import SpectrumTurnRolloutProcessor  # noqa: E402
+from spectrum_rft.rollouts.turn import NUDGE, SpectrumTurnRolloutProcessor  # noqa: E402
 
 N_SCANS = 12
 STEPS = 144
@@ -78,8 +80,11 @@ def stats(server: smp.SpectrumServer) -> dict:
     return httpx.get(f"http://127.0.0.1:{server.port}/control/stats", timeout=10).json()
 
 
+FAST = {"backoff_base": 0.001, "backoff_max": 0.002}
+
+
 def run_mcp(server, rows, params, concurrency=96):
-    processor = smp.SpectrumMcpRolloutProcessor()
+    processor = smp.SpectrumMcpRolloutProcessor(**FAST)
     cfg = RolloutProcessorConfig(completion_params=params, mcp_config_path="", server_script_path=smp.SERVER_SCRIPT,
                                  steps=STEPS, logger=NullLogger(), semaphore=asyncio.Semaphore(concurrency),
                                  kwargs={"start_server": False, "port": server.port})
@@ -95,7 +100,7 @@ def run_turn(rows, params):
                                  semaphore=asyncio.Semaphore(32))
 
     async def go():
-        return await asyncio.gather(*SpectrumTurnRolloutProcessor()(rows, cfg))
+        return await asyncio.gather(*SpectrumTurnRolloutProcessor(**FAST)(rows, cfg))
 
     return asyncio.run(go())
 
@@ -124,12 +129,13 @@ def test_first_rollouts_on_a_fresh_server_are_seeded_seed_zero_included(mcp_serv
     for row in out[:2]:
         assert row.rollout_status.is_finished(), row.rollout_status
         assert row.messages[1].role == "user"
-        assert row.messages[1].content == first_prompt(row)  # identical to the in-process path's
+        first_scan = next(m for m in row.messages if is_scan_message(m))
+        assert first_scan.role == "user" and first_scan.content == first_prompt(row)  # as in-process
         assert spectrum(row)["seed"] == row.input_metadata.dataset_info["environment_context"]["seed"]
     zero = out[2]
     env = SpectrumEnv(row_config(zero.input_metadata.dataset_info))
     env.reset(0)
-    assert zero.messages[1].content == env.observation()["prompt"]
+    assert next(m for m in zero.messages if is_scan_message(m)).content == env.observation()["prompt"]
     assert spectrum(zero)["seed"] == 0 and spectrum(zero)["band_fingerprint"] == env.band_fingerprint()
     for row in out:
         s = spectrum(row)
@@ -153,27 +159,30 @@ def persona_report(scan_text: str, k: int) -> list[float]:
     return [round(min(480.0, max(0.0, float(f) + 0.7 * k)), 1) for f in _PEAK.findall(scan_text)][:16]
 
 
+_NOTE = re.compile(r"^persona (\d+) scan \d+$")
+
+
 def persona_responder():
+    """Each candidate a persona: it reads its notepad first on every scan (the ICL-off window shows only
+    the current scan), learns who it is from what it wrote there (a fresh persona on an empty notepad),
+    then writes it back and reports its persona's shifted peaks."""
     lock = threading.Lock()
     next_id = [0]
 
     def respond(request: dict):
         msgs = request.get("messages") or []
-        persona = None
-        for m in msgs:
-            for tc in m.get("tool_calls") or []:
-                hit = _PERSONA.match(tc.get("id") or "")
-                if hit:
-                    persona = int(hit.group(1))
-        if persona is None:
+        if calls_this_scan(request) == 0:
+            return ok(chat_response("", [tool_call("notepad_read", {})]))
+        note = next((m.get("content") or "" for m in reversed(msgs) if m.get("role") == "tool"), "")
+        hit = _NOTE.match(note)
+        if hit:
+            persona = int(hit.group(1))
+        else:
             with lock:
                 persona, next_id[0] = next_id[0], next_id[0] + 1
-        scan_idx = max(i for i, m in enumerate(msgs) if is_scan_message(m))
-        scan_text = msgs[scan_idx]["content"]
+        scan_text = msgs[max(i for i, m in enumerate(msgs) if is_scan_message(m))]["content"]
         n = scan_number(request)
         cid = lambda: f"call_p{persona:02d}_{uuid.uuid4().hex[:8]}"  # noqa: E731
-        if calls_this_scan(request) == 0:
-            return ok(chat_response("", [tool_call("notepad_read", {}, cid())]))
         return ok(chat_response("", [
             tool_call("notepad_write", {"text": f"persona {persona} scan {n}"}, cid()),
             tool_call("submit_report", {"center_freqs": persona_report(scan_text, persona)}, cid()),
@@ -186,16 +195,17 @@ def test_24_concurrent_candidates_of_one_row_see_identical_scans_and_keep_separa
     llm.responder = persona_responder()
     raw = make_rows(1, prompt="notepad-explicit", prefix="grpo")[0]
     rows = dataset_adapter([raw] * 24)
+    created = stats(mcp_server)["rollouts_created"]
     out, processor = run_mcp(mcp_server, rows, llm.completion_params(), concurrency=24)
-    sessions = processor.last_policy._sessions
-    assert len({s.session_id for s in sessions}) == 1  # eval-protocol gives all candidates ONE session id
+    assert len({r.input_metadata.row_id for r in out}) == 1  # one row id for every candidate
+    assert stats(mcp_server)["rollouts_created"] == created + 24  # and one env each (keyed by connection)
 
     scans_seen, scores = [], {}
     for row in out:
         assert row.rollout_status.is_finished(), row.rollout_status
         msgs = row.messages
         persona = next(int(_PERSONA.match(tc.id).group(1)) for m in msgs if m.role == "assistant"
-                       for tc in (m.tool_calls or []))
+                       for tc in (m.tool_calls or []) if _PERSONA.match(tc.id))
         # scans (the text after the acknowledgement) are identical for every candidate
         scans_seen.append([m.content[m.content.index("Scan ", 1 if m.role == "tool" else 0):]
                            .split("Scan ", 1)[1] for m in msgs if is_scan_message(m)])
@@ -265,9 +275,9 @@ def test_one_request_per_tool_call_no_redirect_no_client_per_call_no_extra_model
     assert not [k for k in delta if k.endswith(" 307")], delta  # no redirect
     assert not [k for k in delta if "/control/" in k and "/control/stats" not in k], delta  # no control plane
     posts = sum(v for k, v in delta.items() if k.startswith("POST /mcp"))
-    # per rollout: initialize + initialized + initial state + tool calls + one list_tools (output-schema
-    # check of the mcp client) [+ one list_tools prewarm per batch]
-    assert posts <= tool_calls + 4 * n + 1, delta
+    # per rollout: initialize + initialized + the opening + tool calls + one list_tools (output-schema
+    # check of the mcp client); nothing after the episode (the last answer carried the env's record)
+    assert posts == tool_calls + 4 * n, delta
     assert built[0] <= n + 2, built[0]  # one HTTP client per MCP connection, none per call
     assert llm.count == tool_calls  # exactly one model call per scan: none after the episode ended
 
@@ -277,14 +287,17 @@ def test_one_request_per_tool_call_no_redirect_no_client_per_call_no_extra_model
 # ------------------------------------------------------------------------------------------------------
 
 
-def test_episode_cut_short_still_scores_every_scan(mcp_server, llm):
+def test_text_only_replies_are_nudged_and_still_every_scan_is_scored(mcp_server, llm):
+    """A reply without a tool call does not end the episode: the env counts it against the scan's budget and
+    the model is reminded (the in-process path's rule; before, eval-protocol's loop ended the episode)."""
     honest = policy_responder("accumulate")
     llm.responder = lambda req: honest(req) if scan_number(req) <= 2 else ok(chat_response("I am done."))
     out, _ = run_mcp(mcp_server, dataset_adapter(make_rows(2, prefix="short")), llm.completion_params())
     for row in out:
         s = spectrum(row)
         assert len(s["per_scan_reward"]) == N_SCANS and s["scans_completed"] == 2 and s["scans_skipped"] == 10
-        assert s["finished_early"] == "no_tool_call"
+        assert s["faults"] == {"skip_call_budget": 10}
+        assert sum(1 for m in row.messages if m.role == "user" and m.content == NUDGE) == 3 * 10
         res = evaluate_row(row).evaluation_result
         assert len(res.step_outputs) == N_SCANS and res.score == pytest.approx(s["score"])
 
@@ -307,9 +320,8 @@ def test_call_budget_counts_model_calls_not_tool_calls(mcp_server, llm):
 
 
 def test_malformed_tool_call_json_is_refused_by_the_env_and_the_rollout_goes_on(mcp_server, llm):
-    """eval-protocol json.loads tool-call arguments and would kill the rollout; our processor forwards them
-    as written and the env answers "not valid JSON", counting the fault (the in-process path first retries
-    the model call, then does the same)."""
+    """Malformed arguments: the model call is retried (as in-process); the last try's call reaches the env as
+    written and the env answers "not valid JSON", counting the fault."""
     honest = policy_responder("accumulate")
 
     def respond(req):
@@ -321,6 +333,6 @@ def test_malformed_tool_call_json_is_refused_by_the_env_and_the_rollout_goes_on(
     (row,), processor = run_mcp(mcp_server, dataset_adapter(make_rows(1, prefix="badjson")), llm.completion_params())
     assert row.rollout_status.is_finished(), row.rollout_status
     s = spectrum(row)
-    assert s["faults"].get("invalid_report") == 1 and processor.last_policy.malformed_tool_calls == 1
+    assert s["faults"].get("invalid_report") == 1 and s["faults"].get("llm_bad_tool_json") == 4
     assert s["scans_completed"] == N_SCANS and s["scans_skipped"] == 0
     assert any(m.role == "tool" and "not valid JSON" in str(m.content) for m in row.messages)
