@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from spectrum_rft.baselines.policies import make_policy, oracle_report, parse_scan
+from spectrum_rft.baselines.policies import make_policy, oracle_report
+from spectrum_rft.task.scan_format import parse_scan
 from spectrum_rft.task.environment import EnvConfig, SpectrumEnv, get_preset, seed_for_row
 
 
