@@ -15,6 +15,7 @@ import pytest
 from eval_protocol.models import EvaluationRow
 
 from spectrum_rft.tools import evaluation as se
+from spectrum_rft.tools.evaluation import runner
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -190,17 +191,17 @@ def test_timeout_stops_the_child_and_everything_it_started(offline_env, tmp_path
     The model is a loopback server that answers the first row and never answers the second
     (``--concurrency 1``), so the run cannot finish before the timeout however fast the machine is; the
     timeout only has to leave the first row time to finish (it needs a few seconds; 45 s is the margin)."""
-    from test_eval_faults import FirstRowThenHang
+    from test_eval_faults import FirstRowThenHang, group_alive
     from loopback_llm import LoopbackLLM
 
     stopped: list[int] = []
-    real_stop = se.stop_process_group
+    real_stop = runner.stop_process_group
 
     def recording_stop(proc, grace=15.0):
         stopped.append(proc.pid)
         real_stop(proc, grace)
 
-    monkeypatch.setattr(se, "stop_process_group", recording_stop)
+    monkeypatch.setattr(runner, "stop_process_group", recording_stop)
     tmp_root = tmp_path / "tmp"  # the run's temp folder goes here
     tmp_root.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_root))
@@ -225,7 +226,7 @@ def test_timeout_stops_the_child_and_everything_it_started(offline_env, tmp_path
     assert model.first_done.is_set() and model.hanging.is_set()
     assert "timeout: the run was stopped after" in cap.err
     assert "cut off by the timeout: openai/x (1/2 rows finished)" in cap.err and str(out / "rows.jsonl") in cap.err
-    assert len(stopped) == 1 and not se._group_alive(stopped[0])
+    assert len(stopped) == 1 and not group_alive(stopped[0])
     assert (out / "pytest.log").exists()
     rows = [EvaluationRow.model_validate_json(line) for line in (out / "rows.jsonl").read_text().splitlines()]
     assert len(rows) == 1 and len(rows[0].evaluation_result.step_outputs) == 12

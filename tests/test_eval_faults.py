@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from spectrum_rft.tools import evaluation as se
+from spectrum_rft.tools.evaluation import runner
 from loopback_llm import LoopbackLLM, chat_response, policy_responder
 
 _SCAN = re.compile(r"^Scan (\d+)/(\d+) \| band ", re.M)
@@ -88,6 +89,15 @@ def _table_line(text: str, label: str) -> list[str]:
 def _scored_rows_streamed(tmp_root: Path) -> int:
     """Rows the (running) child has scored so far: its stream in the run's temp folder under ``tmp_root``."""
     return sum(len(f.read_text().splitlines()) for f in tmp_root.glob(f"spectrum-eval-*/{se.STREAM_FILE}"))
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of the process group ``pgid`` is still there."""
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
 def _wait(cond, timeout: float, what: str) -> None:
@@ -301,13 +311,13 @@ def test_a_watchdog_stops_the_run_and_the_finished_row_is_kept(offline_env, tmp_
     model = FirstRowThenHang()
     server = LoopbackLLM(model).start()
     stopped: list[int] = []
-    real_stop = se.stop_process_group
+    real_stop = runner.stop_process_group
 
     def recording_stop(proc, grace=15.0):
         stopped.append(proc.pid)
         real_stop(proc, grace)
 
-    monkeypatch.setattr(se, "stop_process_group", recording_stop)
+    monkeypatch.setattr(runner, "stop_process_group", recording_stop)
     calls = []
     message = "model server exited: code -9 (SIGKILL)\nlast words of the server log"
 
@@ -330,7 +340,7 @@ def test_a_watchdog_stops_the_run_and_the_finished_row_is_kept(offline_env, tmp_
     assert len(rows) == 1 and rows[0]["evaluation_result"]["score"] > 0.3
     assert m["unfinished_row_ids"] == [d for d in ["eval-r0000", "eval-r0001"]
                                        if d != rows[0]["input_metadata"]["row_id"]]
-    assert len(stopped) == 1 and not se._group_alive(stopped[0])
+    assert len(stopped) == 1 and not group_alive(stopped[0])
     assert len(calls) >= 2  # polled while the child ran
     assert se.report(summary) == 1
     cap = capsys.readouterr()

@@ -1,0 +1,304 @@
+"""``spectrum-rft eval``: the parser, :func:`run_eval` (dataset, local server, the child, rows, summary,
+plot) and :func:`report` (table on stdout, what went wrong on stderr, exit status). See the package's
+docstring for how a run is made."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any, Sequence
+
+from spectrum_rft.tools.entries import ENTRIES, PROJECT_ROOT
+from spectrum_rft.tools.evaluation.progress import Progress
+from spectrum_rft.tools.evaluation.render import format_fault_summary, format_table, plot_per_scan, skip_warnings
+from spectrum_rft.tools.evaluation.runner import EvalError, Watchdog, run_models
+from spectrum_rft.tools.evaluation.specs import DEFAULT_LADDER, PATH_PARAM_DEFAULTS, ModelSpec, model_specs
+from spectrum_rft.tools.evaluation.summary import METRICS, summarize
+from spectrum_rft.tools.local_llm import LocalServerError  # stdlib only: cheap
+
+
+def _parse_param(text: str) -> tuple[str, Any]:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"--param expects KEY=VALUE, got {text!r}")
+    k, v = text.split("=", 1)
+    try:
+        return k, json.loads(v)
+    except ValueError:
+        return k, v
+
+
+def _count(text: str) -> int:
+    """A whole number >= 1 (``--rows``, ``--concurrency``, ``--max-calls-per-scan``)."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
+
+
+def _seconds(text: str) -> float:
+    """A finite number of seconds > 0 (``--timeout``)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not math.isfinite(v) or v <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text!r}")
+    return v
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error on one line (exit 2) instead of the whole usage block first."""
+
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from spectrum_rft.task.environment import MEMORY_MODES, PROMPT_VARIANTS  # noqa: PLC0415
+
+    ap = _Parser(
+        prog="spectrum-rft eval",
+        description="Run the evaluator offline through eval-protocol (the evaluation entries themselves) on "
+                    "baseline policies, a local SmolLM2, or any OpenAI-compatible model; print a table, write "
+                    "rows, a summary and a per-scan plot.")
+    ap.add_argument("--path", choices=tuple(ENTRIES), default="turn",
+                    help="turn: in-process processor (default); mcp: McpGym server")
+    ap.add_argument("--model", action="append", default=None, metavar="M",
+                    help="a baseline (memoryless, accumulate, oracle, empty, carpet-K, random-K, or spectrum/<name>), "
+                         "'local' (SmolLM2 via llama.cpp, started for the run), or any litellm model (openai/<name> "
+                         "with --api-base). Repeatable. Default: the ladder " + ", ".join(DEFAULT_LADDER))
+    ap.add_argument("--rows", type=_count, default=16, help="dataset rows (bands) per model (>= 1)")
+    ap.add_argument("--preset", default="default")
+    ap.add_argument("--memory-mode", choices=MEMORY_MODES, default=None,
+                    help="default: the prompt's (scaffold for the explicit prompt)")
+    ap.add_argument("--prompt", choices=PROMPT_VARIANTS, default="explicit", help="system prompt variant")
+    ap.add_argument("--reward", default="default")
+    ap.add_argument("--max-calls-per-scan", type=_count, default=None,
+                    help="model calls per scan before it is skipped, >= 1 (the environment's default otherwise)")
+    ap.add_argument("--concurrency", type=_count, default=16,
+                    help="concurrent rollouts (--ep-max-concurrent-rollouts, >= 1)")
+    ap.add_argument("--api-base", default=None, help="OpenAI-compatible endpoint for openai/<name> models")
+    ap.add_argument("--tool-choice", default=None, help="tool_choice to send (e.g. auto; the local model sets it)")
+    ap.add_argument("--param", action="append", type=_parse_param, default=[], metavar="KEY=VALUE",
+                    help="extra completion param for non-baseline models (value parsed as JSON if it can be)")
+    ap.add_argument("--salt", default="", help="band salt (rows are reproducible for a given salt)")
+    ap.add_argument("--out", default=None, help="results folder (default: runs/eval/<path>-<time>)")
+    ap.add_argument("--timeout", type=_seconds, default=1800.0,
+                    help="seconds per model (> 0); the run is stopped after this times the number of models, "
+                         "keeping the rows that finished, and exits 1")
+    ap.add_argument("--ep-logs", action="store_true",
+                    help="keep eval-protocol's local row log (~/.eval_protocol/logs.db, for `ep logs`)")
+    ap.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    ap.add_argument("--no-progress", action="store_true")
+    return ap
+
+
+def write_dataset(path: Path, n: int, *, preset: str, memory_mode: str | None, reward: str, prompt: str,
+                  salt: str, max_calls_per_scan: int | None) -> Path:
+    from spectrum_rft.rollouts.dataset import make_rows, write_jsonl  # noqa: PLC0415
+
+    rows = make_rows(n, prompt=prompt, memory_mode=memory_mode, preset=preset, reward=reward, salt=salt,
+                     prefix="eval")
+    if max_calls_per_scan is not None:
+        for r in rows:
+            r["environment_context"]["max_calls_per_scan"] = max_calls_per_scan
+    return write_jsonl(rows, path)
+
+
+def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset: str = "default",
+             memory_mode: str | None = None, reward: str = "default", prompt: str = "explicit", salt: str = "",
+             max_calls_per_scan: int | None = None, concurrency: int = 16, timeout: float = 1800.0,
+             keep_ep_logs: bool = False, progress: bool = True,
+             watchdogs: Sequence[Watchdog] = ()) -> dict[str, Any]:
+    """Run every model through the ``path`` entry; write rows, summary and plot under ``out``; return the
+    summary (``models[label]``: the table's metrics, the per-scan curve, row and error counts, error
+    causes, fault totals, skipped scans).
+
+    ``timeout`` is per model (the run gets ``timeout`` x models). ``watchdogs``: callables polled about
+    every 0.5 s while the rollouts run; the first message one returns stops the run. A run stopped by
+    the timeout, Ctrl-C or a watchdog still writes every row that finished; the summary says
+    ``stopped`` (``"timeout"``, ``"interrupted"``, ``"aborted"``), ``aborted`` (the watchdog's message),
+    ``cut_off`` (the models with unfinished rows) and, per model, ``rows_unfinished`` and
+    ``unfinished_row_ids``. A local model server started here is watched too (it exiting aborts the run)."""
+    from spectrum_rft.rollouts.dataset import default_memory_mode  # noqa: PLC0415
+    from spectrum_rft.task.environment import EnvConfig  # noqa: PLC0415
+
+    memory_mode = memory_mode or default_memory_mode(prompt)
+    EnvConfig(preset=preset, memory_mode=memory_mode, reward=reward, prompt=prompt,  # validate before any work
+              **({"max_calls_per_scan": max_calls_per_scan} if max_calls_per_scan is not None else {}))
+    if rows < 1 or concurrency < 1 or not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
+        raise ValueError("rows and concurrency must be >= 1 and timeout a finite number of seconds > 0")
+    out.mkdir(parents=True, exist_ok=True)
+    dataset = write_dataset(out / "dataset.jsonl", rows, preset=preset, memory_mode=memory_mode, reward=reward,
+                            prompt=prompt, salt=salt, max_calls_per_scan=max_calls_per_scan)
+    started = time.monotonic()
+    bar = Progress(len(specs), rows, path, enabled=progress)
+    dogs = list(watchdogs)
+    with ExitStack() as stack:
+        for i, spec in enumerate(specs):
+            if spec.local:
+                from spectrum_rft.tools.local_llm import local_server  # noqa: PLC0415
+
+                bar.model(i, "local: starting llama.cpp")
+                server = stack.enter_context(local_server())
+                params = dict(getattr(server, "params", server))  # a LocalServer (its params and a supervisor)
+                failure = getattr(server, "failure", None)
+                if callable(failure):
+                    dogs.append(failure)
+                spec.params = {**params, **spec.params}
+                spec.label = f"local ({params['model'].split('/', 1)[1]})"
+        for spec in specs:  # what the entry's own default completion params carry for this path
+            spec.params = {**PATH_PARAM_DEFAULTS.get(path, {}), **spec.params}
+        bar.model(0, specs[0].label)
+        try:
+            run = run_models(path, specs, dataset, rows, concurrency=concurrency, log_path=out / "pytest.log",
+                             timeout=timeout * len(specs), keep_ep_logs=keep_ep_logs, progress=bar, watchdogs=dogs)
+        finally:
+            bar.finish()
+    wall = round(time.monotonic() - started, 2)
+    ids = [json.loads(line).get("id") for line in dataset.read_text().splitlines() if line.strip()]
+    models: dict[str, dict[str, Any]] = {}
+    cut_off: list[str] = []
+    with (out / "rows.jsonl").open("w") as f:
+        for spec in specs:
+            mine = run.by_model[spec.label]
+            for r in mine:
+                f.write(json.dumps(r, separators=(",", ":")) + "\n")
+            s = summarize(mine)
+            s["privileged"] = spec.privileged
+            s["completion_params"] = spec.params
+            done = {(r.get("input_metadata") or {}).get("row_id") for r in mine}
+            s["rows_unfinished"] = max(0, rows - len(mine))
+            s["unfinished_row_ids"] = [i for i in ids if i not in done] if s["rows_unfinished"] else []
+            if run.stopped and s["rows_unfinished"]:
+                s["stopped"] = run.stopped
+                if run.stopped == "aborted":
+                    s["aborted"] = run.message
+                cut_off.append(spec.label)
+            models[spec.label] = s
+    displays = {s.label: s.display for s in specs}
+    plot = None
+    if run.stopped != "interrupted":  # after Ctrl-C: keep the rows and go, no figure
+        plot = str(plot_per_scan({displays[k]: v["per_scan_reward"] for k, v in models.items()},
+                                 out / "per_scan_reward.png",
+                                 f"{path} path, preset {preset}, memory {memory_mode}, reward {reward}, {rows} rows"))
+    summary = {
+        "rows": rows, "path": path, "preset": preset, "memory_mode": memory_mode, "reward": reward, "prompt": prompt,
+        "models": models, "plot": plot, "out": str(out), "log": str(out / "pytest.log"), "wall_s": wall,
+        "displays": displays, "missing": [k for k, v in models.items() if v["rows"] < rows],
+        "stopped": run.stopped, "aborted": run.message if run.stopped == "aborted" else None, "cut_off": cut_off,
+        "timeout_s": timeout, "run_s": run.elapsed_s,
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def _first_line(text: Any, n: int = 400) -> str:
+    line = str(text or "").strip().splitlines()[0] if str(text or "").strip() else ""
+    return line if len(line) <= n else line[: n - 3] + "..."
+
+
+def report(summary: dict[str, Any], *, as_json: bool = False) -> int:
+    """Print a run's results (the table and the fault summary, or JSON) on stdout and what went wrong on
+    stderr; return the exit status: 0, 1 (a model errored on every row, skipped every scan, or came back
+    incomplete; the run was stopped by the timeout or a watchdog), 130 (Ctrl-C: one line, no table)."""
+    models, displays = summary["models"], summary["displays"]
+    out, log = summary["out"], summary.get("log") or str(Path(summary["out"]) / "pytest.log")
+    stopped = summary.get("stopped")
+    if stopped == "interrupted":
+        kept = sum(v["rows"] for v in models.values())
+        print(f"spectrum-rft eval: interrupted: the run was stopped; {kept} of {summary['rows'] * len(models)} rows "
+              f"had finished and are kept in {out} (rows.jsonl, summary.json)", file=sys.stderr)
+        return 130
+    if as_json:
+        keys = (*METRICS, "privileged", "rows_errored", "error_cause", "rows_unfinished", "scans_skipped_total",
+                "scans_total", "faults")
+        print(json.dumps({"rows": summary["rows"], "path": summary["path"],
+                          "models": {k: {m: v.get(m) for m in keys} for k, v in models.items()},
+                          "plot": summary["plot"], "stopped": stopped}))
+    else:
+        print(format_table(models, displays))
+        print()
+        print(format_fault_summary(models, displays))
+        print(f"\n{summary['rows']} rows per model through the {summary['path']} path (preset {summary['preset']}, "
+              f"memory {summary['memory_mode']}, reward {summary['reward']}) in {summary['wall_s']:.1f} s")
+        if any(v["privileged"] for v in models.values()):
+            print("privileged: the oracle reads the hidden truth (an upper bound, not a model)")
+        print(f"plot: {summary['plot']}\nrows, summary, logs: {out}")
+    sys.stdout.flush()
+    lines = skip_warnings(models, displays)
+    failed = set(summary.get("missing") or ())
+    for name, v in models.items():
+        disp = displays.get(name, name)
+        n, k = v["rows"], v["rows_errored"]
+        if k:
+            if k == n:
+                lines.append(f"spectrum-rft eval: {disp}: every rollout errored ({k}/{n}), cause: {v['error_cause']}: "
+                             f"{_first_line(v['first_error'])} (log: {log})")
+                failed.add(name)
+            else:
+                lines.append(f"spectrum-rft eval: {disp}: {k}/{n} rollouts errored (scored 0), mostly "
+                             f"{v['error_cause']}: {_first_line(v['first_error'])} (log: {log})")
+        elif v.get("scans_total") and v["scans_skipped_total"] == v["scans_total"]:
+            why = f"model requests failed: {v['llm_failure_cause']}" if v.get("llm_failure_cause") else \
+                "no valid report within the call budget"
+            lines.append(f"spectrum-rft eval: {disp}: every scan of every row was skipped "
+                         f"({v['scans_skipped_total']}/{v['scans_total']}; {why}): nothing the model did was scored "
+                         f"(log: {log})")
+            failed.add(name)
+    cut = ", ".join(f"{displays.get(k, k)} ({models[k]['rows']}/{summary['rows']} rows finished)"
+                    for k in summary.get("cut_off") or ()) or "no model"
+    kept = f"finished rows kept in {Path(out) / 'rows.jsonl'} and summary.json (log: {log})"
+    if stopped == "timeout":
+        lines.append(f"spectrum-rft eval: timeout: the run was stopped after {summary.get('run_s', 0):.0f} s "
+                     f"(--timeout {summary['timeout_s']:g} s per model); cut off by the timeout: {cut}; {kept}")
+    elif stopped == "aborted":
+        lines.append(f"spectrum-rft eval: aborted: {summary['aborted']}")
+        lines.append(f"spectrum-rft eval: aborted run: cut off: {cut}; {kept}")
+    elif summary.get("missing"):
+        lines.append(f"spectrum-rft eval: incomplete results for {', '.join(summary['missing'])} (see {log})")
+    for line in lines:
+        print(line, file=sys.stderr)
+    return 1 if failed or stopped else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    a = ap.parse_args(argv)
+    entry_file = PROJECT_ROOT / ENTRIES[a.path][0]
+    if not entry_file.is_file():
+        print(f"spectrum-rft eval: the {a.path} path is not available in this checkout ({entry_file.name} is missing)",
+              file=sys.stderr)
+        return 2
+    try:
+        specs = model_specs(a.model or list(DEFAULT_LADDER), api_base=a.api_base, tool_choice=a.tool_choice,
+                            extra=dict(a.param))
+    except ValueError as e:
+        ap.error(str(e))
+    out = Path(a.out) if a.out else PROJECT_ROOT / "runs" / "eval" / f"{a.path}-{time.strftime('%Y%m%d-%H%M%S')}"
+    try:
+        summary = run_eval(specs, path=a.path, rows=a.rows, out=out, preset=a.preset, memory_mode=a.memory_mode,
+                           reward=a.reward, prompt=a.prompt, salt=a.salt, max_calls_per_scan=a.max_calls_per_scan,
+                           concurrency=a.concurrency, timeout=a.timeout, keep_ep_logs=a.ep_logs,
+                           progress=not a.no_progress)
+    except ValueError as e:
+        ap.error(str(e))
+    except (EvalError, LocalServerError) as e:
+        print(f"spectrum-rft eval: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # before the rollouts started, or a second Ctrl-C while writing the results
+        print(f"spectrum-rft eval: interrupted (results, if any, under {out})", file=sys.stderr)
+        return 130
+    return report(summary, as_json=a.json)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,214 @@
+"""The models through one evaluation entry: one pytest child process (its environment, its command line,
+its process group), a progress bar fed from the child's output, watchdogs, and the rows it scored."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+from spectrum_rft.common.processes import stop_process_group
+from spectrum_rft.tools.entries import ENTRIES, PROJECT_ROOT
+from spectrum_rft.tools.evaluation.plugin import ITEM_MARK, STREAM_ENV, STREAM_FILE
+from spectrum_rft.tools.evaluation.progress import Progress
+from spectrum_rft.tools.evaluation.rows import assign_rows, collect_rows
+from spectrum_rft.tools.evaluation.specs import POLICY_PREFIX, ModelSpec
+
+OFFLINE_ENV = {"EP_NO_UPLOAD": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "EP_DISABLE_AUTO_BROWSER": "1"}
+PLUGIN = "spectrum_rft.tools.evaluation.plugin"  # the child's pytest plugin (-p)
+# eval-protocol's rollout bar: "  Run 1:  50%|█████     | 8/16 [00:01<00:01, 7.9rollout/s]"
+_TQDM_RUN = re.compile(r"Run \d+:\s*\d+%\|[^|\r\n]*\|\s*(\d+)/(\d+)")
+
+
+class EvalError(RuntimeError):
+    """The child exited by itself without one scored row (the message carries the tail of its output)."""
+
+
+def child_env(specs: Sequence[ModelSpec], *, keep_ep_logs: bool = False, tmpdir: Path | None = None,
+              stream: Path | None = None) -> dict[str, str]:
+    """The child's environment: offline defaults, no Fireworks tracing when every model is offline, and
+    a dummy OpenAI key for an OpenAI-compatible endpoint (litellm insists on one). ``tmpdir``: the
+    child's own temp folder (``TMPDIR``): whatever it and its MCP server leave there (the server's
+    ``spectrum_server_<pid>_<port>.log`` when the child is stopped) goes with the run's temp folder.
+    ``stream``: where the child appends each scored row (:func:`.plugin.pytest_configure`)."""
+    env = dict(os.environ)
+    for k, v in OFFLINE_ENV.items():
+        env.setdefault(k, v)
+    if not keep_ep_logs:
+        env["DISABLE_EP_SQLITE_LOG"] = "1"  # eval-protocol's shared sqlite row log: slow; rows.jsonl has the rows
+    models = [str(s.params.get("model", "")) for s in specs]
+    if all(m.startswith(POLICY_PREFIX) or s.params.get("api_base") for m, s in zip(models, specs)):
+        env.pop("FIREWORKS_API_KEY", None)  # with it set, eval-protocol posts logs to Fireworks tracing
+    if any(m.startswith("openai/") and s.params.get("api_base") for m, s in zip(models, specs)):
+        env.setdefault("OPENAI_API_KEY", "dummy")
+    env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
+    if tmpdir is not None:
+        for k in ("TMPDIR", "TEMP", "TMP"):
+            env[k] = str(tmpdir)
+    if stream is not None:
+        env[STREAM_ENV] = str(stream)
+    else:
+        env.pop(STREAM_ENV, None)
+    return env
+
+
+def entry_command(path: str, specs: Sequence[ModelSpec], dataset: Path, rows: int, out_dir: Path,
+                   concurrency: int) -> list[str]:
+    """``python -m pytest <entry> --ep-completion-params ... (once per model) ...``: one test item per model."""
+    entry_file, entry_fn = ENTRIES[path]
+    cmd = [sys.executable, "-m", "pytest", f"{entry_file}::{entry_fn}", "-q", "-p", "no:cacheprovider",
+           "-p", PLUGIN, "--rootdir", str(PROJECT_ROOT), "--no-header", "--capture=sys"]
+    for spec in specs:
+        cmd += ["--ep-completion-params", json.dumps(spec.params, sort_keys=True)]
+    return cmd + ["--ep-jsonl-path", str(dataset), "--ep-max-rows", str(rows),
+                  "--ep-max-concurrent-rollouts", str(concurrency), "--ep-output-dir", str(out_dir), "--ep-no-upload"]
+
+
+def _tail(text: str, n: int = 1500) -> str:
+    text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", text)
+    return text[-n:].strip()
+
+
+Watchdog = Callable[[], "str | None"]
+WATCHDOG_POLL_S = 0.5
+
+
+@dataclass
+class ModelsRun:
+    """What :func:`run_models` returns: each model's finished rows (dataset order) and how the child ended.
+
+    ``stopped``: None (the child exited by itself), ``"timeout"``, ``"interrupted"`` (Ctrl-C) or
+    ``"aborted"`` (a watchdog fired; ``message`` is what it said). Rows that finished before a stop are
+    kept; the others are simply absent."""
+
+    by_model: dict[str, list[dict]]
+    stopped: str | None = None
+    message: str | None = None
+    returncode: int | None = None
+    elapsed_s: float = 0.0
+    log_path: Path | None = None
+
+
+@contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """SIGINT ignored for the block (main thread only: elsewhere signals cannot be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _ask_watchdogs(watchdogs: Sequence[Watchdog]) -> str | None:
+    for dog in watchdogs:
+        try:
+            msg = dog()
+        except Exception as e:  # noqa: BLE001  (a broken watchdog must not leave the child running)
+            return f"watchdog {getattr(dog, '__qualname__', dog)!s} failed: {type(e).__name__}: {e}"
+        if msg:
+            return str(msg)
+    return None
+
+
+def _wait_child(proc: subprocess.Popen, timeout: float | None,
+                watchdogs: Sequence[Watchdog]) -> tuple[str | None, str | None]:
+    """Wait for the child; poll the watchdogs about every :data:`WATCHDOG_POLL_S` seconds. Returns
+    (stopped, message): (None, None) when the child exited by itself."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    try:
+        while True:
+            step = WATCHDOG_POLL_S if deadline is None else min(WATCHDOG_POLL_S, deadline - time.monotonic())
+            try:
+                proc.wait(timeout=max(0.0, step))
+                return None, None
+            except subprocess.TimeoutExpired:
+                pass
+            if deadline is not None and time.monotonic() >= deadline:
+                return "timeout", None
+            msg = _ask_watchdogs(watchdogs)
+            if msg:
+                return "aborted", msg
+    except KeyboardInterrupt:
+        return "interrupted", None
+
+
+
+def run_models(path: str, specs: Sequence[ModelSpec], dataset: Path, rows: int, *, concurrency: int,
+               log_path: Path, timeout: float | None = None, keep_ep_logs: bool = False,
+               progress: Progress | None = None, watchdogs: Sequence[Watchdog] = ()) -> ModelsRun:
+    """Run every model through the evaluation entry of ``path`` in one pytest child; return each model's
+    scored rows (EvaluationRow JSON) in dataset order. A model with no rows maps to ``[]``.
+
+    The child is stopped (its whole process group) when ``timeout`` seconds have passed, on Ctrl-C, or
+    when one of ``watchdogs`` (polled about every 0.5 s while the child runs) returns a message; the rows
+    finished by then are kept (``ModelsRun.stopped`` says why). Raises :class:`EvalError` when the child
+    exited by itself without a single scored row."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="spectrum-eval-", ignore_cleanup_errors=True) as tmp:
+        out_dir = Path(tmp)
+        child_tmp = out_dir / "tmp"
+        child_tmp.mkdir()
+        stream = out_dir / STREAM_FILE
+        cmd = entry_command(path, specs, dataset, rows, out_dir, concurrency)
+        # Its own session: the child and whatever it starts (the MCP server) form one process group,
+        # which is stopped as a whole if anything is left (timeout, Ctrl-C, a child killed mid-run).
+        proc = subprocess.Popen(cmd, cwd=PROJECT_ROOT, env=child_env(specs, keep_ep_logs=keep_ep_logs, tmpdir=child_tmp,
+                                                             stream=stream),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+        chunks: list[str] = []
+
+        def pump() -> None:
+            assert proc.stdout is not None
+            buf, item = "", -1
+            for raw in iter(lambda: proc.stdout.read1(8192), b""):  # type: ignore[union-attr]
+                text = raw.decode("utf-8", "replace")
+                chunks.append(text)
+                if progress is None:
+                    continue
+                buf = (buf + text)[-600:]
+                if ITEM_MARK in text:
+                    item += text.count(ITEM_MARK)
+                    buf = buf[buf.rindex(ITEM_MARK):]
+                    progress.model(min(item, len(specs) - 1), specs[min(item, len(specs) - 1)].label)
+                hits = _TQDM_RUN.findall(buf)
+                if hits and item >= 0:
+                    progress.rows_done(int(hits[-1][0]), int(hits[-1][1]))
+
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        stopped, message = "interrupted", None
+        try:
+            stopped, message = _wait_child(proc, timeout, watchdogs)
+        finally:  # also on an exception: the child never outlives this call
+            with _sigint_ignored():  # a second Ctrl-C must not leave the group running
+                stop_process_group(proc)
+                reader.join(timeout=5)
+                log_path.write_text("".join(chunks))
+        result = collect_rows(out_dir, stream)
+    output = "".join(chunks)
+    if not result and stopped is None:
+        raise EvalError(f"the {path} entry produced no scored rows (pytest exit {proc.returncode}; see {log_path}):"
+                        f"\n{_tail(output)}")
+    by_model = assign_rows(result, specs)
+    order: dict[Any, int] = {}
+    for line in dataset.read_text().splitlines():
+        if line.strip():
+            order.setdefault(json.loads(line).get("id"), len(order))
+    for lst in by_model.values():
+        lst.sort(key=lambda r: order.get((r.get("input_metadata") or {}).get("row_id"), len(order)))
+    return ModelsRun(by_model, stopped, message, proc.returncode, round(time.monotonic() - started, 2), log_path)

@@ -1,0 +1,71 @@
+"""The models of an evaluation run: names on the command line -> :class:`ModelSpec` (label, litellm
+completion params, whether this run starts the model's server)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+DEFAULT_LADDER = ("memoryless", "accumulate", "oracle")
+POLICY_PREFIX = "spectrum/"
+PRIVILEGED = {"spectrum/oracle"}
+# eval-protocol's McpGym policy caches responses unless told not to: identical first prompts of a row's
+# rollouts would come back identical (EVAL_PROTOCOL_NOTES.md); test_spectrum_rft's own default turns it off.
+PATH_PARAM_DEFAULTS: dict[str, dict[str, Any]] = {"mcp": {"use_caching": False}}
+
+
+@dataclass
+class ModelSpec:
+    """One model of a run: its label in tables and the litellm completion params the entry receives."""
+
+    label: str
+    params: dict[str, Any] = field(default_factory=dict)
+    local: bool = False  # started by this run (spectrum_local.local_server)
+
+    @property
+    def privileged(self) -> bool:
+        return self.params.get("model") in PRIVILEGED
+
+    @property
+    def display(self) -> str:
+        return f"{self.label} (privileged)" if self.privileged else self.label
+
+
+def _is_policy_name(name: str) -> bool:
+    from spectrum_rft.baselines import policies as sp  # noqa: PLC0415
+
+    try:
+        sp.make_policy(name)
+    except ValueError:
+        return False
+    return True
+
+
+def model_specs(names: Sequence[str], *, api_base: str | None = None, tool_choice: str | None = None,
+                extra: dict[str, Any] | None = None) -> list[ModelSpec]:
+    """Model names -> specs. A bare policy name (``accumulate``, ``carpet-16``) means ``spectrum/<name>``;
+    ``local`` is the SmolLM2 server this run starts; anything else is a litellm model name, given
+    ``--api-base`` / ``--tool-choice`` / ``--param`` when set."""
+    specs: list[ModelSpec] = []
+    for name in names:
+        if name == "local":
+            specs.append(ModelSpec("local", {**(extra or {})}, local=True))
+            continue
+        model = name
+        if not name.startswith(POLICY_PREFIX) and "/" not in name and _is_policy_name(name):
+            model = POLICY_PREFIX + name
+        if model.startswith(POLICY_PREFIX):
+            if not _is_policy_name(model[len(POLICY_PREFIX):]):
+                raise ValueError(f"unknown baseline policy model {model!r}")
+            specs.append(ModelSpec(model, {"model": model}))
+            continue
+        params: dict[str, Any] = {"model": model, **(extra or {})}
+        if api_base:
+            params["api_base"] = api_base
+        if tool_choice:
+            params["tool_choice"] = tool_choice
+        specs.append(ModelSpec(model, params))
+    labels = [s.label for s in specs]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"a model is listed twice: {labels}")
+    return specs
