@@ -1,7 +1,7 @@
 """GSM8K for the local trainer: items, the prompt, the answer parser and the exact-match scorer.
 
 Everything that decides a GSM8K score lives in this file, so the evaluator identity (see
-``spectrum_train.evaluator_identity``) hashes this file's source together with the prompt template and
+``spectrum_rft.training.provenance.evaluator_identity``) hashes this file's source together with the prompt template and
 the decoding parameters.
 
 Answer rule (the experiment card's): the first number after the last ``####``, else the content of the

