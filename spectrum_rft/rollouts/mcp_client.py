@@ -89,7 +89,7 @@ class McpEpisode:
         self.result: dict | None = None
         self.faults: dict[str, int] = {}  # counted here, sent with the next request
         self.requests = 0
-        self._schemas: dict[str, tuple[set, set]] = {}  # tool -> (its parameters, the required ones)
+        self._schemas: dict[str, tuple[dict, set]] = {}  # tool -> ({parameter: JSON type}, required ones)
 
     async def start(self) -> Opening:
         self.requests += 1
@@ -97,13 +97,16 @@ class McpEpisode:
         self.done, self.scan, self.prompt = bool(d["done"]), int(d["scan"]), d["prompt"]
         for t in d["tools"]:
             p = t["function"].get("parameters") or {}
-            self._schemas[t["function"]["name"]] = (set(p.get("properties") or ()), set(p.get("required") or ()))
+            props = {k: (v or {}).get("type") for k, v in (p.get("properties") or {}).items()}
+            self._schemas[t["function"]["name"]] = (props, set(p.get("required") or ()))
         return Opening(d["system_prompt"], d["tools"], d["memory_mode"],
                        int(d["n_scans"]) * (int(d["max_calls_per_scan"]) + 1) + 8)
 
     def structured(self, name: str, arguments: str) -> dict | None:
         """The arguments as the env tool's MCP arguments, when that carries them unchanged: a small JSON
-        object of that tool's declared parameters, every required one present, no null, no NaN/infinity."""
+        object of that tool's declared parameters, every required one present, no null, no NaN/infinity,
+        strings exactly where the schema says string (FastMCP parses a JSON-looking string given for any
+        other parameter)."""
         schema = self._schemas.get(name)
         if schema is None or len(arguments) > INLINE_MAX_CHARS:
             return None
@@ -113,8 +116,8 @@ class McpEpisode:
         except (ValueError, RecursionError):
             return None
         props, required = schema
-        if not isinstance(args, dict) or not set(args) <= props or not required <= set(args) \
-                or any(v is None for v in args.values()):
+        if not isinstance(args, dict) or not set(args) <= set(props) or not required <= set(args) \
+                or any(v is None or isinstance(v, str) != (props[k] == "string") for k, v in args.items()):
             return None
         return args
 

@@ -87,9 +87,13 @@ def _extra(model: Any) -> dict:
 
 
 def _param(schema: dict, required: bool) -> Any:
-    """A tool parameter that accepts any value (the env judges it) but is listed with the env's schema."""
-    return Annotated[Any, WithJsonSchema(schema), Field(description=schema.get("description"))] if required \
-        else Annotated[Any, WithJsonSchema(schema), Field(default=None, description=schema.get("description"))]
+    """A tool parameter listed with the env's schema. It accepts any value (the env judges it), except that
+    a ``string`` parameter is typed ``str`` (FastMCP would parse a JSON-looking string given for any other
+    type; the client sends strings only where the schema says string)."""
+    kind = str if schema.get("type") == "string" else Any
+    field = Field(description=schema.get("description")) if required else \
+        Field(default=None, description=schema.get("description"))
+    return Annotated[kind, WithJsonSchema(schema), field]
 
 
 class SpectrumMcp(McpGym):
@@ -215,11 +219,12 @@ class SpectrumMcp(McpGym):
             self.mcp.add_tool(fn, name=fn.__name__, description=desc, structured_output=False)
         assert {fn.__name__ for fn in (submit_report, notepad_read, notepad_write)} == set(ENV_TOOLS)
 
-        def model_tool_call(ctx: Context, name: str, arguments: str | None = None,
-                            arguments_b64: str | None = None, size: int | None = None) -> CallToolResult:
-            if arguments_b64 is not None:
+        def model_tool_call(ctx: Context, name: str, arguments: str = "", arguments_b64: str = "",
+                            size: int = 0) -> CallToolResult:
+            # ``str`` annotations: FastMCP parses JSON-looking strings given for any other type
+            if arguments_b64:
                 arguments = base64.b64decode(arguments_b64).decode("utf-8", "surrogatepass")
-            return self._step(ctx, name, arguments, size=size)
+            return self._step(ctx, name, None if size and not arguments else arguments, size=size or None)
 
         self.mcp.add_tool(model_tool_call, name=RAW_TOOL, structured_output=False, description=(
             "A tool call exactly as the model wrote it (any name; arguments as text, or base64 of their UTF-8, "
