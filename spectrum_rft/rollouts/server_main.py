@@ -2,7 +2,8 @@
 
     python spectrum_server.py --port 9700 [--host 127.0.0.1] [--preset default] [--parent-pid PID]
 
-eval-protocol's ``MCPGymRolloutProcessor`` starts it as ``python <abs path> --port N``. It listens on
+``SpectrumMcpRolloutProcessor`` (``mcp_client.SpectrumServer``) starts it as ``python <abs path> --port N
+--parent-pid <its pid>``. It listens on
 127.0.0.1 unless told otherwise (``--host 0.0.0.0`` exposes it to the network). ``--parent-pid`` makes it
 exit when that process is gone, so a killed test run never leaves a server behind.
 """
