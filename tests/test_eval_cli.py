@@ -15,7 +15,6 @@ import pytest
 from eval_protocol.models import EvaluationRow
 
 from spectrum_rft.tools import evaluation as se
-from spectrum_rft.tools.evaluation import runner
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -191,17 +190,12 @@ def test_timeout_stops_the_child_and_everything_it_started(offline_env, tmp_path
     The model is a loopback server that answers the first row and never answers the second
     (``--concurrency 1``), so the run cannot finish before the timeout however fast the machine is; the
     timeout only has to leave the first row time to finish (it needs a few seconds; 45 s is the margin)."""
-    from test_eval_faults import FirstRowThenHang, group_alive
+    from test_eval_faults import FirstRowThenHang, record_stops
     from loopback_llm import LoopbackLLM
 
-    stopped: list[int] = []
-    real_stop = runner.stop_process_group
+    from spectrum_rft.common.processes import group_alive
 
-    def recording_stop(proc, grace=15.0):
-        stopped.append(proc.pid)
-        real_stop(proc, grace)
-
-    monkeypatch.setattr(runner, "stop_process_group", recording_stop)
+    stopped = record_stops(monkeypatch)
     tmp_root = tmp_path / "tmp"  # the run's temp folder goes here
     tmp_root.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_root))

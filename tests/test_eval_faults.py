@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from spectrum_rft.common.processes import group_alive
 from spectrum_rft.tools import evaluation as se
 from spectrum_rft.tools.evaluation import runner
 from loopback_llm import LoopbackLLM, chat_response, policy_responder
@@ -90,14 +91,6 @@ def _scored_rows_streamed(tmp_root: Path) -> int:
     """Rows the (running) child has scored so far: its stream in the run's temp folder under ``tmp_root``."""
     return sum(len(f.read_text().splitlines()) for f in tmp_root.glob(f"spectrum-eval-*/{se.STREAM_FILE}"))
 
-
-def group_alive(pgid: int) -> bool:
-    """Whether any process of the process group ``pgid`` is still there."""
-    try:
-        os.killpg(pgid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
 
 
 def _wait(cond, timeout: float, what: str) -> None:
@@ -302,14 +295,8 @@ def test_fault_summary_and_the_skipped_scans_warning(offline_env, tmp_path, caps
 # --------------------------------------------------------------------------------------------------
 
 
-def test_a_watchdog_stops_the_run_and_the_finished_row_is_kept(offline_env, tmp_path, capsys, monkeypatch):
-    """A fake watchdog fires once the first row has been scored (and the second is hanging): the child's
-    process group is stopped, the finished row kept, the message recorded and printed, exit 1."""
-    tmp_root = tmp_path / "tmp"
-    tmp_root.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_root))
-    model = FirstRowThenHang()
-    server = LoopbackLLM(model).start()
+def record_stops(monkeypatch) -> list[int]:
+    """Patch the runner's process-group stopper to also record the pids it stops; returns that list."""
     stopped: list[int] = []
     real_stop = runner.stop_process_group
 
@@ -318,6 +305,18 @@ def test_a_watchdog_stops_the_run_and_the_finished_row_is_kept(offline_env, tmp_
         real_stop(proc, grace)
 
     monkeypatch.setattr(runner, "stop_process_group", recording_stop)
+    return stopped
+
+
+def test_a_watchdog_stops_the_run_and_the_finished_row_is_kept(offline_env, tmp_path, capsys, monkeypatch):
+    """A fake watchdog fires once the first row has been scored (and the second is hanging): the child's
+    process group is stopped, the finished row kept, the message recorded and printed, exit 1."""
+    tmp_root = tmp_path / "tmp"
+    tmp_root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_root))
+    model = FirstRowThenHang()
+    server = LoopbackLLM(model).start()
+    stopped = record_stops(monkeypatch)
     calls = []
     message = "model server exited: code -9 (SIGKILL)\nlast words of the server log"
 

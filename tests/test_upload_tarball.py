@@ -33,6 +33,16 @@ DROPPED_FOLDERS = {"env", "build", "dist", "vendor", "coverage", "__pycache__", 
 
 # Runs in the extracted copy with `python -I` (no PYTHONPATH, no cwd on sys.path, no user site); the
 # editable install's finder (which maps spectrum_rft to this checkout) is removed before any import.
+# One episode through the root `spectrum_adapter`, played both in the extracted copy and in this checkout.
+PLAY = """\
+env = SpectrumEnv(EnvConfig(preset="default", memory_mode="scaffold", reward="default"))
+obs, _ = env.reset(seed=seed_for_row("row-0007"))
+prompts = [obs["prompt"]]
+while not env.done:
+    obs, *_ = env.step({"center_freqs": [100.0, 200.0]})
+    prompts.append(obs["prompt"])
+"""
+
 CHILD = r"""
 import json, os, sys
 copy, repo = sys.argv[1], sys.argv[2]
@@ -43,13 +53,7 @@ sys.path.insert(0, copy)
 import test_spectrum_turn, test_spectrum_rft
 from spectrum_adapter import EnvConfig, SpectrumEnv, seed_for_row
 
-env = SpectrumEnv(EnvConfig(preset="default", memory_mode="scaffold", reward="default"))
-obs, _ = env.reset(seed=seed_for_row("row-0007"))
-prompts = [obs["prompt"]]
-while not env.done:
-    obs, *_ = env.step({"center_freqs": [100.0, 200.0]})
-    prompts.append(obs["prompt"])
-files = {n: getattr(m, "__file__", None) for n, m in list(sys.modules.items())}
+@@PLAY@@files = {n: getattr(m, "__file__", None) for n, m in list(sys.modules.items())}
 from_checkout = sorted(n for n, f in files.items() if f and os.path.realpath(f).startswith(os.path.realpath(repo) + os.sep)
                        and not os.path.realpath(f).startswith(os.path.realpath(sys.prefix) + os.sep))
 print(json.dumps({"isolated": sys.flags.isolated, "files": {n: files[n] for n in (
@@ -57,7 +61,7 @@ print(json.dumps({"isolated": sys.flags.isolated, "files": {n: files[n] for n in
     "from_checkout": from_checkout, "entries": [callable(test_spectrum_turn.test_spectrum_turn),
     callable(test_spectrum_rft.test_spectrum_rft)], "prompts": prompts, "truth": env.truth(),
     "fingerprint": env.band_fingerprint(), "metrics": env.metrics()}))
-"""
+""".replace("@@PLAY@@", PLAY)
 
 
 @pytest.fixture(scope="module")
@@ -130,14 +134,11 @@ def test_entries_import_from_an_extracted_copy_in_a_clean_process(tarball, tmp_p
     assert got["entries"] == [True, True]
 
     # The environment of the extracted copy plays the same episode as this checkout's.
-    from spectrum_adapter import EnvConfig, SpectrumEnv, seed_for_row
+    import spectrum_adapter
 
-    env = SpectrumEnv(EnvConfig(preset="default", memory_mode="scaffold", reward="default"))
-    obs, _ = env.reset(seed=seed_for_row("row-0007"))
-    prompts = [obs["prompt"]]
-    while not env.done:
-        obs, *_ = env.step({"center_freqs": [100.0, 200.0]})
-        prompts.append(obs["prompt"])
+    ns = vars(spectrum_adapter).copy()
+    exec(PLAY, ns)  # noqa: S102 (our own snippet, the one the child ran)
+    env, prompts = ns["env"], ns["prompts"]
     assert len(got["prompts"]) == env.n_scans + 1 > 2 and all(got["prompts"][:-1])
     assert got["prompts"] == prompts
     assert got["truth"] == json.loads(json.dumps(env.truth()))

@@ -27,7 +27,8 @@ def stop_process(proc: subprocess.Popen, grace: float = 10.0) -> None:
         proc.wait(timeout=grace)
 
 
-def _group_alive(pgid: int) -> bool:
+def group_alive(pgid: int) -> bool:
+    """Whether any process of the process group ``pgid`` is still there."""
     try:
         os.killpg(pgid, 0)
     except (ProcessLookupError, PermissionError):
@@ -39,15 +40,15 @@ def stop_process_group(proc: subprocess.Popen, grace: float = 15.0) -> None:
     """Stop a child started with ``start_new_session=True`` and everything in its process group:
     SIGTERM, then SIGKILL after ``grace`` seconds. A no-op when the group is already gone."""
     pgid = proc.pid
-    if proc.poll() is None or _group_alive(pgid):
+    if proc.poll() is None or group_alive(pgid):
         try:
             os.killpg(pgid, signal.SIGTERM)
         except ProcessLookupError:
             pass
         deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and (proc.poll() is None or _group_alive(pgid)):
+        while time.monotonic() < deadline and (proc.poll() is None or group_alive(pgid)):
             time.sleep(0.1)
-        if proc.poll() is None or _group_alive(pgid):
+        if proc.poll() is None or group_alive(pgid):
             try:
                 os.killpg(pgid, signal.SIGKILL)
             except ProcessLookupError:

@@ -8,6 +8,16 @@ from typing import Sequence
 from .validate import Rollout
 
 
+def _verdict(unverifiable: str | None, offenders: dict[str, set[str]], what: str, ok_detail: str) -> dict:
+    """One check's outcome: unverifiable, failed on ``offenders`` (shown with one example), or passed."""
+    if unverifiable:
+        return {"ok": False, "detail": unverifiable}
+    if offenders:
+        ex = next(iter(offenders))
+        return {"ok": False, "detail": f"{len(offenders)} {what} (e.g. {ex}: {', '.join(sorted(offenders[ex])[:3])})"}
+    return {"ok": True, "detail": ok_detail}
+
+
 def check_integrity(rollouts: Sequence[Rollout]) -> list[dict]:
     """Group integrity (every rollout of a row shares one band; different rows have different bands)."""
     missing = [r for r in rollouts if r.fingerprint is None]
@@ -24,24 +34,11 @@ def check_integrity(rollouts: Sequence[Rollout]) -> list[dict]:
     split = {k: v for k, v in by_row.items() if len(v) > 1}
     counts = sorted(set(rollouts_per_row.values()))
     per_row = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
-    if unverifiable:
-        same = {"ok": False, "detail": unverifiable}
-    elif split:
-        ex = next(iter(split))
-        same = {"ok": False, "detail": f"{len(split)} rows saw several bands (e.g. {ex}: "
-                                       f"{', '.join(sorted(split[ex])[:3])})"}
-    else:
-        same = {"ok": True, "detail": f"{len(by_row)} rows, {per_row} rollout(s) each"
-                                      + (": trivially true" if counts == [1] else "")}
+    same = _verdict(unverifiable, split, "rows saw several bands",
+                    f"{len(by_row)} rows, {per_row} rollout(s) each" + (": trivially true" if counts == [1] else ""))
     shared = {k: v for k, v in by_fp.items() if len(v) > 1}
-    if unverifiable:
-        differ = {"ok": False, "detail": unverifiable}
-    elif shared:
-        ex = next(iter(shared))
-        differ = {"ok": False, "detail": f"{len(shared)} bands shared by different rows (e.g. {ex}: "
-                                         f"{', '.join(sorted(shared[ex])[:3])})"}
-    else:
-        differ = {"ok": True, "detail": f"{len(by_fp)} distinct bands for {len(by_row)} rows"}
+    differ = _verdict(unverifiable, shared, "bands shared by different rows",
+                      f"{len(by_fp)} distinct bands for {len(by_row)} rows")
     return [{"name": "group integrity (rollouts of a row share one band)", **same},
             {"name": "group integrity (rows differ)", **differ}]
 
