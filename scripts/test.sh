@@ -9,3 +9,5 @@ bash scripts/install.sh dev,local,train  # llama.cpp built portably (scripts/ins
 export EP_NO_UPLOAD=1 LITELLM_LOCAL_MODEL_COST_MAP=True EP_DISABLE_AUTO_BROWSER=1 OPENAI_API_KEY=dummy
 unset FIREWORKS_API_KEY
 python -m pytest -q
+# the rollout paths again against the eval-protocol the cloud runs (0.3.23), in a venv of its own
+bash scripts/test_cloud_versions.sh
