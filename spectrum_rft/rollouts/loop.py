@@ -4,9 +4,10 @@ In the shape of verifiers' ``MultiTurnEnv.rollout``::
 
     opening = await episode.start()                      # the row's env, reset with the row's seed
     while not episode.done:
-        append the open scan as a user message           # once per scan
+        a scan not shown yet -> append it as a user message
         reply = model(window(transcript, memory_mode))   # what the model sees: spectrum_rft.task.window
         append reply; each tool call -> episode.call()   # the env judges it (SpectrumEnv.call_tool)
+            (scans_in_tool_results: the submit_report result that closed the scan carries the next one)
         no tool call -> episode.no_tool_call()           # the env counts it and says what to tell the model
 
 An :class:`Episode` only *carries* text and tool calls to one :class:`SpectrumEnv` and its answers back:
@@ -14,6 +15,17 @@ An :class:`Episode` only *carries* text and tool calls to one :class:`SpectrumEn
 McpEpisode` reaches it over one MCP connection. The env decides everything (what a call does, what an
 unknown tool gets, when the call budget closes a scan, what the model is told), so the same model gets the
 same scores, faults and texts on both paths (``tests/test_rollout_parity.py``).
+
+**Where a scan arrives** is the one thing the transports differ in (:attr:`Episode.scans_in_tool_results`):
+
+* in-process (False): every scan is a user message;
+* MCP (True): the first scan is the first user message; when a ``submit_report`` call closes the open scan
+  (a scored report, or the call budget closing it on the message's last call), the next scan's text is
+  appended to that call's tool result, ``"<feedback>\n\n<next scan>"`` (the same scan text the in-process
+  path shows as its user message). A scan closed without such a tool result to carry the next one (a reply
+  without tool calls that used up the budget, a model call that failed on every try, the budget closed
+  by a call to another tool, whose result the window would not read as a scan) falls back to a user
+  message, as in-process. :func:`spectrum_rft.task.window.window` reads both shapes.
 
 Decisions (the issue is the spec; these fill its gaps):
 
@@ -242,6 +254,7 @@ class Episode(Protocol):
     done: bool
     scan: int
     prompt: str
+    scans_in_tool_results: bool  # the transport's scan delivery (the module docstring)
 
     async def start(self) -> Opening: ...
 
@@ -262,7 +275,9 @@ class Episode(Protocol):
 
 
 class InProcessEpisode:
-    """The env itself, in this process."""
+    """The env itself, in this process. Scans arrive as user messages."""
+
+    scans_in_tool_results = False
 
     def __init__(self, row_id: str, dataset_info: dict | None):
         self.env, self.seed = env_for_row(row_id, dataset_info)
@@ -331,8 +346,11 @@ class _Stats:
     extras: dict[int, dict] = field(default_factory=dict)  # transcript index -> row-only message fields
 
 
-async def run_tools(episode: Episode, tool_calls: Any, transcript: list[dict], stats: _Stats) -> None:
-    """Carry one message's tool calls to the env in order; append one tool result per call."""
+async def run_tools(episode: Episode, tool_calls: Any, transcript: list[dict], stats: _Stats) -> int | None:
+    """Carry one message's tool calls to the env in order; append one tool result per call. Returns the
+    transcript index of the result of the ``submit_report`` call that closed the open scan (scored it, or
+    the call budget closed it), None when no such call did."""
+    closer: int | None = None
     n = len(tool_calls)
     for i, tc in enumerate(tool_calls):
         fn = tc["function"]
@@ -345,7 +363,10 @@ async def run_tools(episode: Episode, tool_calls: Any, transcript: list[dict], s
         stats.extras[len(transcript)] = {"name": name or None,
                                          "control_plane_step": {"reward": res.reward, "advanced": res.advanced,
                                                                 "ok": res.ok, "error": res.error}}
+        if closer is None and name == "submit_report" and (res.advanced or res.skipped):
+            closer = len(transcript)
         transcript.append({"role": "tool", "tool_call_id": tc["id"], "content": res.content})
+    return closer
 
 
 class SpectrumRolloutProcessor(RolloutProcessor):
@@ -481,19 +502,25 @@ class SpectrumRolloutProcessor(RolloutProcessor):
         mode = opening.memory_mode
         budget = self._setting(config, "icl_token_budget") if mode == "icl" else None
         log_every = self.log_every_scans
-        shown = -1  # index of the scan last appended
+        in_tool_results = bool(getattr(ep, "scans_in_tool_results", False))
+        shown = -1  # index of the scan last shown to the model
+
+        def showing(scan: int) -> None:  # a new scan is in the transcript
+            nonlocal shown
+            if shown >= 0 and log_every and scan % log_every == 0:
+                row.messages = self._messages(transcript, stats)
+                config.logger.log(row)
+            shown = scan
+
         guard = opening.max_model_calls  # never reached while the env keeps its call budget
         while not ep.done:
             guard -= 1
             if guard < 0:
                 await ep.finish("loop_guard")
                 break
-            if ep.scan != shown:
-                if shown >= 0 and log_every and ep.scan % log_every == 0:
-                    row.messages = self._messages(transcript, stats)
-                    config.logger.log(row)
+            if ep.scan != shown:  # the first scan, or one no tool result carried: a user message
                 transcript.append({"role": "user", "content": ep.prompt})
-                shown = ep.scan
+                showing(ep.scan)
             reply = await self._complete(window(transcript, mode, budget), opening.tools, params, ep, stats, config)
             if reply is None:  # every try failed: the scan is scored as an empty report
                 if stats.model_calls == 0:  # and the model never answered at all: the rollout is an error
@@ -506,7 +533,10 @@ class SpectrumRolloutProcessor(RolloutProcessor):
             transcript.append(reply.message)
             calls = reply.message.get("tool_calls")
             if calls:
-                await run_tools(ep, calls, transcript, stats)
+                closer = await run_tools(ep, calls, transcript, stats)
+                if in_tool_results and closer is not None and not ep.done and ep.scan != shown:
+                    transcript[closer]["content"] += "\n\n" + ep.prompt  # the result that closed the scan
+                    showing(ep.scan)
             else:
                 nudge = await ep.no_tool_call()
                 if nudge:

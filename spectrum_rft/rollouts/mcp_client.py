@@ -4,7 +4,10 @@ Each rollout opens one MCP connection (the ``mcp`` SDK's public ``streamablehttp
 ``ClientSession``) to the spectrum server (:mod:`spectrum_rft.rollouts.mcp_server`, a real ``McpGym``), whose
 env for that connection judges every call; :class:`McpEpisode` only carries text and tool calls (wire
 protocol: :mod:`spectrum_rft.rollouts.mcp_protocol`). Same loop, same retries and failure rules, same row
-as the in-process path, so the same model gets the same scores, faults and texts on both paths.
+as the in-process path, so the same model gets the same scores, faults and texts on both paths; only the
+carrier of a scan differs: here scans 2..N arrive in the tool result of the ``submit_report`` call that
+closed the previous scan (``"<feedback>\n\n<next scan>"``; the loop's docstring says when a user message
+carries one instead).
 
 Per rollout: initialize (+ the ``initialized`` notification), one read of the opening, then ONE request per
 tool call (the reward, the next scan and at the end the env's metrics come back in the result's ``_meta``),
@@ -81,7 +84,10 @@ def _text(result: Any) -> str:
 
 
 class McpEpisode:
-    """One rollout's env on the server, reached over one MCP session (see :class:`loop.Episode`)."""
+    """One rollout's env on the server, reached over one MCP session (see :class:`loop.Episode`). Scans
+    after the first arrive in the ``submit_report`` tool result that closed the previous scan."""
+
+    scans_in_tool_results = True
 
     def __init__(self, session: ClientSession):
         self.session = session

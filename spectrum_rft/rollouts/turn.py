@@ -1,6 +1,6 @@
 """The in-process rollout path: the rollout loop (:mod:`spectrum_rft.rollouts.loop`) over the env itself.
 
-Scans arrive as user messages, the model answers with tool calls, :class:`SpectrumEnv` (in this process)
+Scans arrive as user messages (on the MCP path: in tool results), the model answers with tool calls, :class:`SpectrumEnv` (in this process)
 judges them. The loop, its retry and failure rules and the row it fills are the MCP path's too.
 
 Where the time goes (``bench/bench_turn.py``): litellm's request/response path dominates; the env, the
