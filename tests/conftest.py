@@ -30,3 +30,47 @@ def offline_env():
             mp.setenv(k, v)
         mp.delenv("FIREWORKS_API_KEY", raising=False)
         yield
+
+
+# ---- the rollout-path tests' servers (tests/test_mcp_path.py, test_rollout_failures.py, test_rollout_parity.py) ----
+
+
+@pytest.fixture
+def dummy_openai_key(monkeypatch):
+    """The loopback model is an OpenAI-compatible endpoint: litellm wants a key (offline settings above)."""
+    monkeypatch.setenv("OPENAI_API_KEY", "dummy")
+
+
+@pytest.fixture(scope="module")
+def mcp_server():
+    """One real spectrum MCP server for the module, on a free port; always stopped."""
+    from spectrum_rft.rollouts.mcp_client import SpectrumServer  # noqa: PLC0415
+
+    server = SpectrumServer().start()  # inherits the session's offline settings
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def loopback():
+    """One loopback chat server (tests/loopback_llm.py) for the module."""
+    from loopback_llm import LoopbackLLM  # noqa: PLC0415
+
+    s = LoopbackLLM().start()
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture
+def llm(loopback):
+    """The module's loopback server, reset to play the accumulate policy."""
+    from loopback_llm import policy_responder  # noqa: PLC0415
+
+    loopback.responder = policy_responder("accumulate")
+    loopback.requests.clear()
+    loopback.count = 0
+    return loopback

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import sys
 import threading
 import uuid
 from pathlib import Path
@@ -16,15 +15,12 @@ import httpx
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-for p in (str(ROOT), str(Path(__file__).resolve().parent)):
-    if p not in sys.path:
-        sys.path.insert(0, p)
 
-from eval_protocol.dataset_logger.dataset_logger import DatasetLogger  # noqa: E402
 from eval_protocol.pytest.types import RolloutProcessorConfig  # noqa: E402
 
 from spectrum_rft.rollouts import mcp_client as smp  # noqa: E402
-from loopback_llm import (LoopbackLLM, calls_this_scan, chat_response, ok, policy_responder,  # noqa: E402
+from harness import NullLogger  # noqa: E402
+from loopback_llm import (calls_this_scan, chat_response, ok, policy_responder,  # noqa: E402
                           scan_number, tool_call)
 from spectrum_rft.rollouts.dataset import dataset_adapter, make_rows  # noqa: E402
 from spectrum_rft.task.environment import SpectrumEnv, env_for_row, row_config  # noqa: E402
@@ -34,46 +30,7 @@ from spectrum_rft.rollouts.turn import NUDGE, SpectrumTurnRolloutProcessor  # no
 
 N_SCANS = 12
 STEPS = 144
-
-
-@pytest.fixture(autouse=True)
-def _openai_key(monkeypatch):  # the loopback model is an OpenAI-compatible endpoint (offline: conftest)
-    monkeypatch.setenv("OPENAI_API_KEY", "dummy")
-
-
-@pytest.fixture(scope="module")
-def mcp_server():
-    """One real server for the module, on a free port; always stopped."""
-    server = smp.SpectrumServer().start()  # inherits the session's offline settings (conftest)
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture(scope="module")
-def loopback():
-    s = LoopbackLLM().start()
-    try:
-        yield s
-    finally:
-        s.stop()
-
-
-@pytest.fixture
-def llm(loopback):
-    loopback.responder = policy_responder("accumulate")
-    loopback.requests.clear()
-    loopback.count = 0
-    return loopback
-
-
-class NullLogger(DatasetLogger):
-    def log(self, row):
-        return None
-
-    def read(self, rollout_id=None):
-        return []
+pytestmark = pytest.mark.usefixtures("dummy_openai_key")
 
 
 def stats(server: smp.SpectrumServer) -> dict:

@@ -12,22 +12,18 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-for p in (str(ROOT), str(Path(__file__).resolve().parent)):
-    if p not in sys.path:
-        sys.path.insert(0, p)
 
-from eval_protocol.dataset_logger.dataset_logger import DatasetLogger  # noqa: E402
 from eval_protocol.pytest.evaluation_test_utils import rollout_processor_with_retry  # noqa: E402
 from eval_protocol.pytest.types import RolloutProcessorConfig  # noqa: E402
 
 from spectrum_rft.rollouts import mcp_client as smp  # noqa: E402
-from loopback_llm import (LoopbackLLM, calls_this_scan, chat_response, ok, policy_responder,  # noqa: E402
+from harness import NullLogger  # noqa: E402
+from loopback_llm import (calls_this_scan, chat_response, ok, policy_responder,  # noqa: E402
                           scan_number, tool_call)
 from spectrum_rft.rollouts.dataset import dataset_adapter, make_rows  # noqa: E402
 from spectrum_rft.task.environment import env_for_row  # noqa: E402
@@ -39,45 +35,7 @@ N_SCANS = 12
 TRIES = 2
 FAST = {"llm_tries": TRIES, "backoff_base": 0.001, "backoff_max": 0.002, "request_timeout": 30.0}
 PATHS = ("turn", "mcp")
-
-
-@pytest.fixture(autouse=True)
-def _openai_key(monkeypatch):  # the loopback model is an OpenAI-compatible endpoint (offline: conftest)
-    monkeypatch.setenv("OPENAI_API_KEY", "dummy")
-
-
-@pytest.fixture(scope="module")
-def mcp_server():
-    server = smp.SpectrumServer().start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture(scope="module")
-def loopback():
-    s = LoopbackLLM().start()
-    try:
-        yield s
-    finally:
-        s.stop()
-
-
-@pytest.fixture
-def llm(loopback):
-    loopback.responder = policy_responder("accumulate")
-    loopback.requests.clear()
-    loopback.count = 0
-    return loopback
-
-
-class NullLogger(DatasetLogger):
-    def log(self, row):
-        return None
-
-    def read(self, rollout_id=None):
-        return []
+pytestmark = pytest.mark.usefixtures("dummy_openai_key")
 
 
 def run(path, mcp_server, rows, params):

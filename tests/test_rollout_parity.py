@@ -17,20 +17,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-for p in (str(ROOT), str(Path(__file__).resolve().parent)):
-    if p not in sys.path:
-        sys.path.insert(0, p)
 
-from eval_protocol.dataset_logger.dataset_logger import DatasetLogger  # noqa: E402
 from eval_protocol.pytest.types import RolloutProcessorConfig  # noqa: E402
 
-from loopback_llm import (LoopbackLLM, calls_this_scan, chat_response, ok, policy_responder,  # noqa: E402
+from harness import NullLogger  # noqa: E402
+from loopback_llm import (calls_this_scan, chat_response, ok, policy_responder,  # noqa: E402
                           scan_number, tool_call)
 from spectrum_rft.rollouts import mcp_client as smp  # noqa: E402
 from spectrum_rft.rollouts.dataset import dataset_adapter, make_rows  # noqa: E402
@@ -42,37 +38,7 @@ from spectrum_rft.task.window import is_scan_message, report_call_ids  # noqa: E
 
 N_SCANS = 12
 FAST = {"llm_tries": 2, "backoff_base": 0.001, "backoff_max": 0.002, "request_timeout": 30.0}
-
-
-@pytest.fixture(autouse=True)
-def _openai_key(monkeypatch):
-    monkeypatch.setenv("OPENAI_API_KEY", "dummy")
-
-
-@pytest.fixture(scope="module")
-def mcp_server():
-    server = smp.SpectrumServer().start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture(scope="module")
-def loopback():
-    s = LoopbackLLM().start()
-    try:
-        yield s
-    finally:
-        s.stop()
-
-
-class NullLogger(DatasetLogger):
-    def log(self, row):
-        return None
-
-    def read(self, rollout_id=None):
-        return []
+pytestmark = pytest.mark.usefixtures("dummy_openai_key")
 
 
 def run(path, server, raw_row, responder, llm, params=None, **settings):
