@@ -84,6 +84,21 @@ def test_icl_token_budget_drops_oldest_scans_first():
     assert tiny == [SYS, {"role": "user", "content": scan(4)}]
 
 
+def test_icl_token_budget_trims_scans_carried_in_tool_results():
+    """The MCP path carries scans 2..N in submit_report results: the budget still drops whole turns, and a
+    kept tool result always follows the assistant message that issued its call."""
+    msgs = mcp_conversation()
+    full = sum(map(approx_tokens, msgs))
+    w = window(msgs, "icl", token_budget=full - 1)
+    assert w[0] == SYS and w[1]["role"] == "assistant" and len(w) < len(msgs)
+    assert w[1]["tool_calls"][-1]["id"] == "c11"  # the turn that carries scan 2
+    tiny = window(msgs, "icl", token_budget=1)
+    assert [m["role"] for m in tiny] == ["system", "assistant", "tool", "tool"] and scan(3) in tiny[-1]["content"]
+    for kept in (w, tiny):
+        issued = {tc["id"] for m in kept if m["role"] == "assistant" for tc in m.get("tool_calls", [])}
+        assert {m["tool_call_id"] for m in kept if m["role"] == "tool"} <= issued
+
+
 def test_strip_think():
     assert strip_think("<think>a\nb</think>\nanswer") == "answer"
     assert strip_think("x<think>unclosed") == "x"

@@ -96,8 +96,7 @@ def window(messages: Sequence[M], memory_mode: str, token_budget: int | None = N
         body = msgs[len(head):]
         total = sum(map(approx_tokens, msgs))
         while total > token_budget:
-            # the next turn boundary: the second user message of the body (a scan or a prompt)
-            cut = next((i for i in range(1, len(body)) if _get(body[i], "role") == "user"), None)
+            cut = _next_turn(body)
             if cut is None:
                 break
             total -= sum(map(approx_tokens, body[:cut]))
@@ -107,13 +106,28 @@ def window(messages: Sequence[M], memory_mode: str, token_budget: int | None = N
         ids = report_call_ids(msgs)
         start = next((i for i in range(len(msgs) - 1, -1, -1) if is_scan_message(msgs[i], ids)), None)
         if start is not None:
-            if _get(msgs[start], "role") == "tool":
-                # back up to the assistant message that issued this tool call
-                j = start - 1
-                while j >= 0 and _get(msgs[j], "role") == "tool":
-                    j -= 1
-                if j >= 0 and _get(msgs[j], "role") == "assistant":
-                    start = j
+            start = _turn_start(msgs, start)
             head = [m for m in msgs[:start] if _get(m, "role") == "system"][:1]
             msgs = head + msgs[start:]
     return [_without_think(m) for m in msgs]
+
+
+def _turn_start(msgs: Sequence[Any], i: int) -> int:
+    """Where the turn that shows message ``i`` starts: ``i`` itself for a user message; for a tool result
+    (a scan carried by the MCP path), the assistant message that issued the call, so that no tool result
+    is ever sent without its call."""
+    if _get(msgs[i], "role") != "tool":
+        return i
+    j = i - 1
+    while j >= 0 and _get(msgs[j], "role") == "tool":
+        j -= 1
+    return j if j >= 0 and _get(msgs[j], "role") == "assistant" else i
+
+
+def _next_turn(body: Sequence[Any]) -> int | None:
+    """The first turn boundary after the start of ``body``: a user message (a scan or a prompt) or the
+    start of the turn of a scan carried in a tool result. None when there is none."""
+    ids = report_call_ids(body)
+    cuts = [i if _get(m, "role") == "user" else _turn_start(body, i) for i, m in enumerate(body)
+            if _get(m, "role") == "user" or is_scan_message(m, ids)]
+    return min((c for c in cuts if c >= 1), default=None)
