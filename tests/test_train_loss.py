@@ -228,3 +228,197 @@ def test_centring_l1_is_the_centring_gradient_size(kind):
     else:
         assert got.max() > 1e-3
     assert L.centring_logit_l1(logp, kind, sampler_logp=logp).max() < 1e-12
+
+
+# ---- loss VALUES against an independent float64 formulation (issue 14) ---------------------------------
+# Written from the card's definitions (Marek & Ryabinin score centring, the reference's losses.py
+# semantics), in numpy float64, sharing no code with the module:
+#   sampled token:  w_y = W(exp(clip(log p_y - log q_y, -20, 20)))
+#   full centring:  c_v = q_v W(p_v / q_v)   (no clip: for w = r this is p_v exactly)
+#   top-k centring: c_v on the head H, plus the modelled tail q_tail = rho p_tail with
+#                   rho = max(1 - sum_H q, 1e-6) / max(1 - sum_H p, 1e-6), alpha = rho W(1/rho):
+#                   centre = sum_H c_v log p_v + alpha (sum_V p_v log p_v - sum_H p_v log p_v)
+#   loss = -A (w_y log p_y - centre)
+
+import math  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+
+def _W64(kind, r):
+    r = np.asarray(r, dtype=np.float64)
+    if kind == "pg":
+        return np.ones_like(r)
+    if kind == "is":
+        return r
+    if kind == "tis":
+        return np.minimum(r, 2.0)
+    if kind == "mis":
+        return np.where((r >= 0.5) & (r <= 5.0), r, 0.0)
+    raise ValueError(kind)
+
+
+def ref_loss64(logp, logq, tokens, adv, kind, centered, k=None):
+    """Per-token loss in float64 (numpy). k=None: full form; else the sampler's top-k head of logq."""
+    logp = np.asarray(logp, np.float64)
+    logq = np.asarray(logq, np.float64)
+    tokens = np.asarray(tokens)
+    adv = np.asarray(adv, np.float64)
+    out = np.empty(len(tokens))
+    for i, y in enumerate(tokens):
+        lp, lq = logp[i], logq[i]
+        w_y = _W64(kind, math.exp(min(max(lp[y] - lq[y], -20.0), 20.0)))
+        inner = w_y * lp[y]
+        if centered:
+            p, q = np.exp(lp), np.exp(lq)
+            if k is None:
+                c = q * _W64(kind, p / q)
+                inner -= float((c * lp).sum())
+            else:
+                H = np.argsort(-lq, kind="stable")[:k]
+                qh, ph = q[H], p[H]
+                rho = max(1.0 - qh.sum(), 1e-6) / max(1.0 - ph.sum(), 1e-6)
+                alpha = rho * float(_W64(kind, 1.0 / rho))
+                centre = (qh * _W64(kind, ph / qh) * lp[H]).sum() + alpha * ((p * lp).sum() - (ph * lp[H]).sum())
+                inner -= float(centre)
+        out[i] = -adv[i] * inner
+    return out
+
+
+def loss_full(logp, logq, tokens, adv, kind, centered):
+    return L.token_loss_full(logp, logq, tokens, adv, kind, centered)
+
+
+def loss_topk(logp, logq, tokens, adv, kind, centered, k):
+    hv, hi = logq.topk(k, -1)
+    logq_y = logq.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    return L.token_loss_topk(logp, logq_y, hi, hv, tokens, adv, kind, centered)
+
+
+def _topk_ref(logq, tokens, adv, kind, centered, k, logp):
+    # the reference's head must be the same set torch.topk picks (ties are measure-zero here)
+    return ref_loss64(logp.detach().double().numpy(), logq.double().numpy(), tokens.numpy(), adv.double().numpy(),
+                      kind, centered, k)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), V=st.integers(2, 24), noise=st.floats(0.0, 3.0),
+       kind=st.sampled_from(KINDS), centered=st.booleans(), k=st.integers(1, 24))
+def test_property_loss_values_match_float64_reference(seed, V, noise, kind, centered, k):
+    """Loss VALUES (not only gradients) of both forms equal the independent float64 formulation."""
+    theta, logq, tokens, adv = fixture(seed, N=4, V=V, noise=noise)
+    k = min(k, V)
+    logp = torch.log_softmax(theta, -1)
+    want_full = ref_loss64(logp.numpy(), logq.numpy(), tokens.numpy(), adv.numpy(), kind, centered)
+    np.testing.assert_allclose(loss_full(logp, logq, tokens, adv, kind, centered).detach().numpy(), want_full,
+                               rtol=1e-9, atol=1e-11)
+    want_k = _topk_ref(logq, tokens, adv, kind, centered, k, logp)
+    np.testing.assert_allclose(loss_topk(logp, logq, tokens, adv, kind, centered, k).detach().numpy(), want_k,
+                               rtol=1e-9, atol=1e-11)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), V=st.integers(2, 24), noise=st.floats(0.0, 3.0),
+       kind=st.sampled_from(KINDS), centered=st.booleans())
+def test_property_topk_whole_vocab_equals_full_value_and_grad(seed, V, noise, kind, centered):
+    """k = V: the top-k form IS the full form, loss value and gradient."""
+    theta, logq, tokens, adv = fixture(seed, N=4, V=V, noise=noise)
+    th_k = theta.clone().requires_grad_(True)
+    th_f = theta.clone().requires_grad_(True)
+    lk = loss_topk(torch.log_softmax(th_k, -1), logq, tokens, adv, kind, centered, V)
+    lf = loss_full(torch.log_softmax(th_f, -1), logq, tokens, adv, kind, centered)
+    torch.testing.assert_close(lk, lf, rtol=1e-9, atol=1e-10)
+    lk.sum().backward()
+    lf.sum().backward()
+    torch.testing.assert_close(th_k.grad, th_f.grad, rtol=1e-7, atol=1e-10)
+
+
+def test_topk_value_with_large_alpha_is_the_full_value():
+    """A bf16-like sampler whose head holds (almost) all of q's mass makes rho, hence alpha, huge
+    (~1e3 and more); the top-k loss value must not carry a spurious alpha * sum_H p log p."""
+    theta, _, tokens, adv = fixture(11, N=6, V=12, noise=0.0)
+    logp = torch.log_softmax(theta, -1)
+    logq = torch.log_softmax(theta.to(torch.bfloat16).double() * 3.0, -1)  # peaked, head mass ~ 1
+    k = 12
+    for kind in ("pg", "mis"):
+        lk = loss_topk(logp, logq, tokens, adv, kind, True, k)
+        lf = loss_full(logp, logq, tokens, adv, kind, True)
+        torch.testing.assert_close(lk, lf, rtol=1e-7, atol=1e-9)
+    # and at k < V with a tiny q tail: value equals the float64 formulation
+    for kind in KINDS:
+        lk = loss_topk(logp, logq, tokens, adv, kind, True, 8)
+        np.testing.assert_allclose(lk.numpy(), _topk_ref(logq, tokens, adv, kind, True, 8, logp), rtol=1e-9, atol=1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), V=st.integers(3, 16), spread=st.floats(0.0, 200.0),
+       kind=st.sampled_from(KINDS), centered=st.booleans(), k=st.integers(1, 16))
+def test_property_extreme_ratios_stay_finite_float32(seed, V, spread, kind, centered, k):
+    """float32, log p - log q anywhere in [-200, 200]: loss and gradient are finite (both forms), and
+    the values match the float64 formulation on the same (float32) inputs."""
+    g = torch.Generator().manual_seed(seed)
+    theta = (torch.randn(4, V, generator=g) * 10).float()
+    delta = (torch.rand(4, V, generator=g) * 2 - 1) * spread
+    logq = torch.log_softmax(theta + delta, -1).float()
+    tokens = torch.randint(0, V, (4,), generator=g)
+    adv = torch.randn(4, generator=g).float()
+    k = min(k, V)
+    for form in ("full", "topk"):
+        th = theta.clone().requires_grad_(True)
+        logp = torch.log_softmax(th, -1)
+        if form == "full":
+            per = loss_full(logp, logq, tokens, adv, kind, centered)
+            want = ref_loss64(logp.detach().double().numpy(), logq.double().numpy(), tokens.numpy(),
+                              adv.double().numpy(), kind, centered)
+        else:
+            per = loss_topk(logp, logq, tokens, adv, kind, centered, k)
+            want = _topk_ref(logq, tokens, adv, kind, centered, k, logp)
+        assert per.dtype == torch.float32
+        assert torch.isfinite(per).all(), (form, per)
+        per.sum().backward()
+        assert torch.isfinite(th.grad).all(), (form, th.grad)
+        np.testing.assert_allclose(per.detach().double().numpy(), want, rtol=2e-4, atol=2e-4 * (1 + np.abs(want).max()))
+
+
+@pytest.mark.parametrize("log_r", [28.9, 25.0, 20.5, -20.5, -25.0, -28.9])
+@pytest.mark.parametrize("centered", [False, True])
+def test_is_log_ratio_clipped_at_20(log_r, centered):
+    """`is`: the sampled token's weight is exp(clip(log r, -20, 20)) as in the reference; at log r = 28.9
+    the loss is ~ e^20 |A log p_y| (5e8 scale), not e^28.9 (4e12 scale)."""
+    logp = torch.log_softmax(torch.tensor([[0.0, -1.0, -2.0]], dtype=torch.float64), -1)
+    logq = logp.clone()
+    logq[0, 0] = logp[0, 0] - log_r  # only the sampled token's q moves (q need not be normalised here)
+    tokens, adv = torch.tensor([0]), torch.tensor([1.0], dtype=torch.float64)
+    w = math.exp(max(min(log_r, 20.0), -20.0))
+    got = loss_full(logp, logq, tokens, adv, "is", centered)
+    want = ref_loss64(logp.numpy(), logq.numpy(), tokens.numpy(), adv.numpy(), "is", centered)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-12)
+    if not centered:
+        np.testing.assert_allclose(got.numpy(), [-w * float(logp[0, 0])], rtol=1e-12)
+    logq_y = logq[:, 0]
+    got_k = L.token_loss_topk(logp, logq_y, torch.tensor([[1]]), logq[:, 1:2], tokens, adv, "is", False)
+    np.testing.assert_allclose(got_k.numpy(), [-w * float(logp[0, 0])], rtol=1e-12)
+    assert float(L.importance_weight("is", torch.tensor([math.exp(log_r)], dtype=torch.float64))) == \
+        pytest.approx(w, rel=1e-12)
+
+
+def test_is_full_centring_no_nan_repro():
+    """Issue 14 repro: log p - log q > 88 underflows q and overflows r in float32 (0 * inf = nan)."""
+    z = torch.tensor([[-1e-3, -7.0, -95.0]], requires_grad=True)
+    lq = torch.tensor([[-1e-3, -7.0, -190.0]])
+    loss = L.token_loss_full(z.log_softmax(-1), lq, torch.tensor([0]), torch.tensor([1.0]), "is", True).sum()
+    assert torch.isfinite(loss)
+    loss.backward()
+    assert torch.isfinite(z.grad).all()
+    want = ref_loss64(z.detach().double().log_softmax(-1).numpy(), lq.double().numpy(), [0], [1.0], "is", True)
+    np.testing.assert_allclose(float(loss.detach()), want[0], rtol=1e-5)
+    # the w = r identity survives: centred and uncentred gradients agree
+    z2 = z.detach().clone().requires_grad_(True)
+    L.token_loss_full(z2.log_softmax(-1), lq, torch.tensor([0]), torch.tensor([1.0]), "is", False).sum().backward()
+    torch.testing.assert_close(z.grad, z2.grad, rtol=1e-5, atol=1e-7)
+    for kind in ("pg", "tis", "mis"):
+        z3 = z.detach().clone().requires_grad_(True)
+        l3 = L.token_loss_full(z3.log_softmax(-1), lq, torch.tensor([0]), torch.tensor([1.0]), kind, True).sum()
+        l3.backward()
+        assert torch.isfinite(l3) and torch.isfinite(z3.grad).all()
+        assert torch.isfinite(L.centring_logit_l1(z.detach().log_softmax(-1), kind, sampler_logp=lq)).all()
