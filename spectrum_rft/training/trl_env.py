@@ -1,0 +1,218 @@
+"""The spectrum task as a TRL environment: ``GRPOTrainer(environment_factory=...)`` over :class:`SpectrumEnv`.
+
+TRL's contract (``/work/shared/EVAL_PROTOCOL_NOTES.md``, "TRL facts"): the factory is called with no
+arguments and instances are reused ("construct once, reset often"); ``reset(**row_columns)`` starts a
+rollout and returns text that TRL appends to the last user message; **every public bound method is a
+tool** (``inspect.getmembers(env, inspect.ismethod)`` minus ``reset``/``get_reward`` and ``_``-names), its
+JSON schema made by ``transformers.utils.get_json_schema`` from the type hints and Google-style docstring.
+TRL collects the tools *before* ``reset`` sees the row, so one instance cannot change its tool set per
+row. Hence:
+
+* **One class per tool set.** :class:`SpectrumToolEnv` (``submit_report``; memory modes none, icl,
+  scaffold, scrambled), :class:`SpectrumNotepadToolEnv` (+ ``notepad_read``/``notepad_write``; notepad),
+  :class:`SpectrumIclNotepadToolEnv` (``submit_report`` with ``notepad_update``; icl_notepad).
+  :func:`tool_env_class` picks the class of a memory mode (a one-arm run passes it as the factory);
+  :func:`environment_factories` is TRL's dict form (rows carry ``environment = environment_name(mode)``).
+  A row whose memory mode does not match its class is refused at ``reset`` (a dataset bug, not model input).
+* **The env is the only judge.** The tool methods are declarations: their signature and docstring are the
+  schema (``tests/test_trl_env.py`` checks it against :func:`tool_schemas`), their body is never run; the
+  arguments go, as the model wrote them, to :meth:`SpectrumEnv.call_tool`, which refuses bad input with a
+  message for the model (missing or mistyped arguments, unknown extra ones included). Nothing raises for
+  bad model input. An optional argument sent as ``null`` (the generated schema marks it ``nullable``) is
+  dropped, as on the MCP path.
+* **Texts.** ``reset`` returns the first scan's text, exactly the in-process path's first user message
+  (give the row's last user message empty content to get that message byte for byte). TRL can return text
+  only in tool results, so the next scan arrives as on the MCP path: the result of the call that closed
+  a scan is ``"<env feedback>\\n\\n<next scan>"`` (``spectrum_rft/rollouts/loop.py``).
+* **Turns.** TRL does not tell an environment where one assistant message ends, so each tool call is one
+  model turn (``begin_model_turn`` / ``ends_turn=True``): the env's call budget still closes a scan after
+  ``max_calls_per_scan`` calls without a scored report. Equal to the evaluator for replies with one tool
+  call each; a reply with several calls is judged call by call (e.g. a second ``submit_report`` in one
+  message scores the next scan here, the evaluator refuses it).
+* **Not tools.** :meth:`metrics` is a plain callable attribute (:class:`_not_a_tool`), not a bound
+  method, so TRL does not offer it to the model. :func:`spectrum_reward` is the reward function: the
+  env's score, with memory_gain, dormant_recall, carry_rate and scans_skipped logged per step
+  (``log_metric``) and each rollout's row id and band fingerprint logged per completion (``log_extra``).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Callable
+
+from spectrum_rft.task.environment import SpectrumEnv, env_for_row
+
+LOGGED_METRICS = ("score", "memory_gain", "dormant_recall", "carry_rate", "scans_skipped")
+
+
+class _not_a_tool:  # noqa: N801 (used as a decorator)
+    """A method TRL must not expose as a tool: on an instance it is a ``functools.partial``, not a bound
+    method, so ``inspect.getmembers(env, inspect.ismethod)`` (TRL's tool rule) skips it."""
+
+    def __init__(self, fn: Callable) -> None:
+        self.fn = fn
+        functools.update_wrapper(self, fn)
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Callable:
+        return self.fn if obj is None else functools.partial(self.fn, obj)
+
+
+def _tool(declaration: Callable) -> Callable:
+    """A tool: the declaration's signature and docstring (what ``get_json_schema`` reads, through
+    ``functools.wraps``) with a body that hands the model's arguments to the env."""
+    params = list(inspect.signature(declaration).parameters.values())[1:]  # after self
+    names = [p.name for p in params]
+    nullable = {p.name for p in params if p.default is None}
+
+    @functools.wraps(declaration)
+    def call(self: "SpectrumToolEnv", *args: Any, **kwargs: Any) -> str:
+        arguments = dict(zip(names, args))
+        arguments.update(kwargs)
+        arguments = {k: v for k, v in arguments.items() if not (v is None and k in nullable)}
+        return self._call(declaration.__name__, arguments)
+
+    return call
+
+
+class SpectrumToolEnv:
+    """One TRL rollout of the spectrum task (memory modes none, icl, scaffold, scrambled)."""
+
+    MEMORY_MODES: tuple[str, ...] = ("none", "icl", "scaffold", "scrambled")
+
+    def __init__(self) -> None:
+        self._env: SpectrumEnv | None = None
+        self._row_id: str | None = None
+
+    def reset(self, **row: Any) -> str:
+        """Start a rollout of ``row`` (a dataset row: ``row_id`` or ``id``, and ``environment_context`` as
+        :func:`spectrum_rft.rollouts.dataset.make_rows` writes it); returns the first scan's text."""
+        ctx = row.get("environment_context")
+        if not isinstance(ctx, dict):
+            raise ValueError("the row has no environment_context (see spectrum_rft.rollouts.dataset.make_rows)")
+        ctx = {k: v for k, v in ctx.items() if v is not None}  # a datasets struct column fills absent keys with None
+        row_id = row.get("row_id") or row.get("id") or ctx.get("row_id")
+        if not isinstance(row_id, str) or not row_id:
+            raise ValueError("the row has no row_id (the band seed is derived from it)")
+        env, seed = env_for_row(row_id, {"environment_context": ctx})
+        if env.config.memory_mode not in self.MEMORY_MODES:
+            raise ValueError(f"row {row_id!r} has memory_mode {env.config.memory_mode!r}, but {type(self).__name__} "
+                             f"serves {', '.join(self.MEMORY_MODES)}; use tool_env_class(memory_mode)")
+        env.reset(seed)
+        self._env, self._row_id = env, row_id
+        return env.observation()["prompt"]
+
+    @_tool
+    def submit_report(self, center_freqs: list[float], bandwidths: list[float] | None = None) -> str:
+        """Report the occupied regions of the band for the current scan. Ends the scan.
+
+        Args:
+            center_freqs: Centre frequency in MHz of every occupied region
+            bandwidths: Optional: bandwidth in MHz of each region, same length as center_freqs.
+        """
+        raise AssertionError("declaration only: _tool replaces the body")
+
+    @_not_a_tool
+    def metrics(self) -> dict:
+        """The env's episode metrics (score, memory_gain, dormant_recall, carry_rate, scans_skipped,
+        band_fingerprint, per_scan_reward, faults...; unplayed scans count as skipped) and the row id."""
+        return {**self._started().metrics(), "row_id": self._row_id}
+
+    def _started(self) -> SpectrumEnv:
+        if self._env is None:
+            raise RuntimeError("call reset(**row) first")
+        return self._env
+
+    def _call(self, name: str, arguments: dict) -> str:
+        env = self._env
+        if env is None:
+            return "Error: the episode has not started. The call was ignored."
+        if not env.done:
+            env.begin_model_turn()
+        res = env.call_tool(name, arguments, ends_turn=True)
+        if (res.advanced or res.skipped) and not env.done:
+            return f"{res.content}\n\n{env.observation()['prompt']}"
+        return res.content
+
+
+class SpectrumNotepadToolEnv(SpectrumToolEnv):
+    """Memory mode notepad: ``submit_report`` plus a notepad that persists across scans."""
+
+    MEMORY_MODES = ("notepad",)
+
+    @_tool
+    def notepad_read(self) -> str:
+        """Read your notepad. It persists across scans."""
+        raise AssertionError("declaration only")
+
+    @_tool
+    def notepad_write(self, text: str) -> str:
+        """Replace the whole notepad with `text` (it persists across scans).
+
+        Args:
+            text: The new notepad content.
+        """
+        raise AssertionError("declaration only")
+
+
+class SpectrumIclNotepadToolEnv(SpectrumToolEnv):
+    """Memory mode icl_notepad: ``submit_report`` also replaces the notepad shown with every scan."""
+
+    MEMORY_MODES = ("icl_notepad",)
+
+    @_tool
+    def submit_report(self, center_freqs: list[float], bandwidths: list[float] | None = None,
+                      notepad_update: str | None = None) -> str:
+        """Report the occupied regions of the band for the current scan. Ends the scan.
+
+        Args:
+            center_freqs: Centre frequency in MHz of every occupied region
+            bandwidths: Optional: bandwidth in MHz of each region, same length as center_freqs.
+            notepad_update: Optional: replaces your notepad, which is shown to you with every later scan (your only memory across scans).
+        """  # noqa: E501 (get_json_schema reads one line per argument)
+        raise AssertionError("declaration only")
+
+
+TOOL_ENV_CLASSES: tuple[type[SpectrumToolEnv], ...] = (SpectrumToolEnv, SpectrumNotepadToolEnv,
+                                                       SpectrumIclNotepadToolEnv)
+
+
+def tool_env_class(memory_mode: str) -> type[SpectrumToolEnv]:
+    """The environment class (TRL ``environment_factory``) whose tools are memory mode ``memory_mode``'s."""
+    for cls in TOOL_ENV_CLASSES:
+        if memory_mode in cls.MEMORY_MODES:
+            return cls
+    raise ValueError(f"unknown memory_mode {memory_mode!r}")
+
+
+def environment_name(memory_mode: str) -> str:
+    """The ``environment`` column of a row in a run that mixes tool sets (:func:`environment_factories`)."""
+    return f"spectrum-{tool_env_class(memory_mode).MEMORY_MODES[0]}"
+
+
+def environment_factories() -> dict[str, type[SpectrumToolEnv]]:
+    """TRL's dict form of ``environment_factory``: one entry per tool set."""
+    return {f"spectrum-{cls.MEMORY_MODES[0]}": cls for cls in TOOL_ENV_CLASSES}
+
+
+def tool_names(env: Any) -> set[str]:
+    """The tools TRL exposes for ``env`` (its rule: public bound methods other than reset/get_reward)."""
+    return {name for name, _ in inspect.getmembers(env, predicate=inspect.ismethod)
+            if name not in ("reset", "get_reward") and not name.startswith("_")}
+
+
+def spectrum_reward(environments: list[SpectrumToolEnv], log_metric: Callable | None = None,
+                    log_extra: Callable | None = None, **_: Any) -> list[float]:
+    """TRL reward function: each rollout's env score. Logs the batch means of :data:`LOGGED_METRICS`
+    (metrics that are None for an episode, e.g. carry_rate with no earlier report, are left out of the
+    mean) and, per completion, the row id, band fingerprint and those metrics."""
+    ms = [env.metrics() for env in environments]
+    if log_metric is not None:
+        for name in LOGGED_METRICS:
+            vals = [float(m[name]) for m in ms if m.get(name) is not None]
+            if vals:
+                log_metric(f"spectrum/{name}", sum(vals) / len(vals))
+    if log_extra is not None:
+        for name in ("row_id", "band_fingerprint", *LOGGED_METRICS):
+            log_extra(name, [m.get(name) for m in ms])
+    return [float(m["score"]) for m in ms]
