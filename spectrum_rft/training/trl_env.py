@@ -39,14 +39,15 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from spectrum_rft.task.environment import SpectrumEnv, env_for_row
 
 LOGGED_METRICS = ("score", "memory_gain", "dormant_recall", "carry_rate", "scans_skipped")
 
 
-class _not_a_tool:  # noqa: N801 (used as a decorator)
+class _not_a_tool:
     """A method TRL must not expose as a tool: on an instance it is a ``functools.partial``, not a bound
     method, so ``inspect.getmembers(env, inspect.ismethod)`` (TRL's tool rule) skips it."""
 
@@ -66,7 +67,7 @@ def _tool(declaration: Callable) -> Callable:
     nullable = {p.name for p in params if p.default is None}
 
     @functools.wraps(declaration)
-    def call(self: "SpectrumToolEnv", *args: Any, **kwargs: Any) -> str:
+    def call(self: SpectrumToolEnv, *args: Any, **kwargs: Any) -> str:
         arguments = dict(zip(names, args))
         arguments.update(kwargs)
         arguments = {k: v for k, v in arguments.items() if not (v is None and k in nullable)}
@@ -89,7 +90,7 @@ class SpectrumToolEnv:
         :func:`spectrum_rft.rollouts.dataset.make_rows` writes it); returns the first scan's text."""
         ctx = row.get("environment_context")
         if not isinstance(ctx, dict):
-            raise ValueError("the row has no environment_context (see spectrum_rft.rollouts.dataset.make_rows)")
+            raise TypeError("the row has no environment_context (see spectrum_rft.rollouts.dataset.make_rows)")
         ctx = {k: v for k, v in ctx.items() if v is not None}  # a datasets struct column fills absent keys with None
         row_id = row.get("row_id") or row.get("id") or ctx.get("row_id")
         if not isinstance(row_id, str) or not row_id:
@@ -169,7 +170,7 @@ class SpectrumIclNotepadToolEnv(SpectrumToolEnv):
             center_freqs: Centre frequency in MHz of every occupied region
             bandwidths: Optional: bandwidth in MHz of each region, same length as center_freqs.
             notepad_update: Optional: replaces your notepad, which is shown to you with every later scan (your only memory across scans).
-        """  # noqa: E501 (get_json_schema reads one line per argument)
+        """
         raise AssertionError("declaration only")
 
 
