@@ -11,7 +11,7 @@ measured in the same invocation, on the same machine and load. A build that cras
 instructions the CPU does not execute) is reported as such, with its exit code.
 
 Example (native build saved beside the portable one): ``--build portable=.venv/lib/python3.11/site-packages
---build native=/tmp/native``.
+--build native=DIR`` (DIR holds a copy of a native build's ``llama_cpp`` package).
 """
 
 from __future__ import annotations

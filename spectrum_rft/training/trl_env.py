@@ -1,6 +1,6 @@
 """The spectrum task as a TRL environment: ``GRPOTrainer(environment_factory=...)`` over :class:`SpectrumEnv`.
 
-TRL's contract (``/work/shared/EVAL_PROTOCOL_NOTES.md``, "TRL facts"): the factory is called with no
+TRL's contract (trl 1.16, ``GRPOTrainer(environment_factory=...)``): the factory is called with no
 arguments and instances are reused ("construct once, reset often"); ``reset(**row_columns)`` starts a
 rollout and returns text that TRL appends to the last user message; **every public bound method is a
 tool** (``inspect.getmembers(env, inspect.ismethod)`` minus ``reset``/``get_reward`` and ``_``-names), its
