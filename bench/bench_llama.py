@@ -31,13 +31,14 @@ ROOT = Path(__file__).resolve().parent.parent
 _CHILD = r"""
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
-import llama_cpp, spectrum_local
+import llama_cpp
+from spectrum_rft.tools import local_llm
 from spectrum_rft.task.environment import EnvConfig, SpectrumEnv
 threads, repeat, gen = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 env = SpectrumEnv(EnvConfig())
 env.reset(7)
 prompt = env.system_prompt() + "\n\n" + env.observation()["prompt"]
-llm = llama_cpp.Llama(model_path=str(spectrum_local.gguf_path()), n_ctx=2048, n_threads=threads,
+llm = llama_cpp.Llama(model_path=str(local_llm.gguf_path()), n_ctx=2048, n_threads=threads,
                       n_threads_batch=threads, verbose=False)
 toks = llm.tokenize(prompt.encode())
 pp, tg = [], []
