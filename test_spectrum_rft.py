@@ -1,7 +1,8 @@
 """Evaluation entry of the MCP path: ``pytest test_spectrum_rft.py::test_spectrum_rft``.
 
-:class:`spectrum_rft.rollouts.mcp_client.SpectrumMcpRolloutProcessor` starts ``spectrum_server.py`` (an
-eval-protocol ``McpGym``; absolute path, one shared server per process, stopped by the processor's
+:class:`spectrum_rft.rollouts.mcp_client.SpectrumMcpRolloutProcessor` starts the spectrum MCP server
+(``SERVER_SCRIPT`` = ``spectrum_rft/rollouts/server_main.py``, which the root's ``spectrum_server.py`` also
+runs; an eval-protocol ``McpGym``; absolute path, one shared server per process, stopped by the processor's
 ``cleanup()``) and runs the project's one rollout loop over an MCP connection per rollout: every tool call
 is one MCP call, the server's env judges it, the per-scan rewards come back as data. The default model is
 the scripted ``spectrum/accumulate`` baseline (registered by ``prepare_model``), so the entry runs offline
