@@ -2,8 +2,8 @@
 
 TRL's contract (trl 1.16, ``GRPOTrainer(environment_factory=...)``): the factory is called with no
 arguments and instances are reused ("construct once, reset often"); ``reset(**row_columns)`` starts a
-rollout and returns text that TRL appends to the last user message; **every public bound method is a
-tool** (``inspect.getmembers(env, inspect.ismethod)`` minus ``reset``/``get_reward`` and ``_``-names), its
+rollout and returns text that TRL appends to the last user message; **every public method is a
+tool** (trl 1.16: ``inspect.getmembers(type(env), inspect.isfunction)`` minus ``reset``/``get_reward`` and ``_``-names), its
 JSON schema made by ``transformers.utils.get_json_schema`` from the type hints and Google-style docstring.
 TRL collects the tools *before* ``reset`` sees the row, so one instance cannot change its tool set per
 row. Hence:
@@ -48,15 +48,17 @@ LOGGED_METRICS = ("score", "memory_gain", "dormant_recall", "carry_rate", "scans
 
 
 class _not_a_tool:
-    """A method TRL must not expose as a tool: on an instance it is a ``functools.partial``, not a bound
-    method, so ``inspect.getmembers(env, inspect.ismethod)`` (TRL's tool rule) skips it."""
+    """A method TRL must not expose as a tool. trl 1.16 lists tools with
+    ``inspect.getmembers(type(env), inspect.isfunction)`` (earlier versions: ``getmembers(env, ismethod)``):
+    on the class this descriptor is itself (not a function), on an instance a ``functools.partial`` (not a
+    bound method), so neither rule sees it."""
 
     def __init__(self, fn: Callable) -> None:
         self.fn = fn
         functools.update_wrapper(self, fn)
 
-    def __get__(self, obj: Any, owner: type | None = None) -> Callable:
-        return self.fn if obj is None else functools.partial(self.fn, obj)
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        return self if obj is None else functools.partial(self.fn, obj)
 
 
 def _tool(declaration: Callable) -> Callable:
@@ -197,9 +199,11 @@ def environment_factories() -> dict[str, type[SpectrumToolEnv]]:
 
 
 def tool_names(env: Any) -> set[str]:
-    """The tools TRL exposes for ``env`` (its rule: public bound methods other than reset/get_reward)."""
-    return {name for name, _ in inspect.getmembers(env, predicate=inspect.ismethod)
-            if name not in ("reset", "get_reward") and not name.startswith("_")}
+    """The tools TRL exposes for ``env``: public functions of its class other than reset/get_reward (trl
+    1.16's rule), together with public bound methods of the instance (the rule of earlier versions)."""
+    by_class = {n for n, _ in inspect.getmembers(type(env), predicate=inspect.isfunction)}
+    by_instance = {n for n, _ in inspect.getmembers(env, predicate=inspect.ismethod)}
+    return {n for n in by_class | by_instance if n not in ("reset", "get_reward") and not n.startswith("_")}
 
 
 def spectrum_reward(environments: list[SpectrumToolEnv], log_metric: Callable | None = None,
