@@ -33,6 +33,11 @@ row. Hence:
   method, so TRL does not offer it to the model. :func:`spectrum_reward` is the reward function: the
   env's score, with memory_gain, dormant_recall, carry_rate and scans_skipped logged per step
   (``log_metric``) and each rollout's row id and band fingerprint logged per completion (``log_extra``).
+
+Checked once in trl 1.16.0 (not in CI: trl is not yet a dependency): a ``GRPOTrainer(environment_factory=
+tool_env_class("scaffold"))`` step on SmolLM2-135M offers exactly ``submit_report`` and candidates of a row
+share the band. SmolLM2's own chat template cannot render tool calls (trl refuses it); trl's public
+``trl.chat_template_utils.qwen2_5_chat_template`` (chatml, the tokens SmolLM2 shares) can.
 """
 
 from __future__ import annotations
