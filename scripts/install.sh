@@ -17,7 +17,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EXTRAS="${1:-dev,local}"
-LLAMA_VERSION="0.3.36"   # keep equal to the pin in pyproject.toml's `local` extra
+# the one pin: pyproject.toml's `local` extra (llama-cpp-python[server]==X)
+LLAMA_VERSION="$(python - <<'PY'
+import re, tomllib
+extra = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["local"]
+print(next(re.fullmatch(r"llama-cpp-python(\[.*\])?==(.+)", d).group(2) for d in extra if d.startswith("llama-cpp-python")))
+PY
+)"
 
 needs_llama=0
 case ",$EXTRAS," in *,local,*|*,train,*) needs_llama=1 ;; esac
@@ -32,16 +38,17 @@ if [ "$needs_llama" = 1 ]; then
   PYTAG="$(python -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')"
   KEY="$(printf '%s|%s|%s|%s' "$LLAMA_VERSION" "$FLAGS" "$PYTAG" "$(uname -m)" | sha256sum | cut -c1-16)"
   WHEELS="${SPECTRUM_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/spectrum-rft/wheels}/llama-cpp-python-$LLAMA_VERSION-$KEY"
-  if ! ls "$WHEELS"/llama_cpp_python-*.whl >/dev/null 2>&1; then
+  if [ ! -d "$WHEELS" ]; then
     echo "install: building llama-cpp-python $LLAMA_VERSION portably ($FLAGS); ~10 min on 2 cores, once per machine" >&2
-    tmp="$(mktemp -d)"
+    mkdir -p "$(dirname "$WHEELS")"
+    # built beside the cache and renamed into place: an interrupted build never looks like a cached one
+    tmp="$(mktemp -d "$(dirname "$WHEELS")/.build.XXXXXX")"
     CMAKE_ARGS="$FLAGS" FORCE_CMAKE=1 python -m pip wheel -q --no-deps --no-cache-dir --no-binary llama-cpp-python \
       -w "$tmp" "llama-cpp-python==$LLAMA_VERSION"
-    mkdir -p "$WHEELS"
-    mv "$tmp"/llama_cpp_python-*.whl "$WHEELS"/
-    rm -rf "$tmp"
+    mv -T "$tmp" "$WHEELS" 2>/dev/null || rm -rf "$tmp"  # another install got there first: keep its wheel
   fi
+  set -- "$WHEELS"/llama_cpp_python-*.whl
   # --force-reinstall --no-deps: replace a native build that may already be in this environment
-  python -m pip install -q --force-reinstall --no-deps "$WHEELS"/llama_cpp_python-*.whl
+  python -m pip install -q --force-reinstall --no-deps "$1"
 fi
 python -m pip install -q -e ".[$EXTRAS]"

@@ -219,12 +219,10 @@ def test_a_server_answering_500_to_everything(offline_env, tmp_path, capsys):
     assert acc["rows_errored"] == 0 and acc["score"] > 0.3
     line = next(line for line in cap.err.splitlines() if line.startswith("spectrum-rft eval: openai/x:"))
     assert "http 5xx" in line and str(tmp_path / "pytest.log") in line
-    if x["rows_errored"]:  # the processors make such rows errors (model_failure); else all scans are skipped
-        assert x["rows_errored"] == 2 and x["error_cause"] == "http 5xx"
-        assert _table_line(cap.out, "openai/x")[-3:] == ["2", "http", "5xx"]
-        assert "every rollout errored (2/2), cause: http 5xx" in line
-    else:
-        assert x["llm_failure_cause"] == "http 5xx" and "every scan of every row was skipped" in line
+    # a model that never answered gives error rows (model_failure), not rows of skipped scans
+    assert x["rows_errored"] == 2 and x["error_cause"] == "http 5xx"
+    assert _table_line(cap.out, "openai/x")[-3:] == ["2", "http", "5xx"]
+    assert "every rollout errored (2/2), cause: http 5xx" in line
     assert "openai/x: " in cap.out.split("faults (")[1]  # the fault summary under the table
 
 
@@ -483,3 +481,20 @@ def test_streamed_rows_fill_in_for_unpersisted_items(tmp_path):
     assert [(r["execution_metadata"]["experiment_id"], r["evaluation_result"]["score"]) for r in got] == \
         [("e1", 0.5), ("e2", 0.8)]
     assert "evals" not in got[0]
+
+
+def test_progress_follower_counts_marks_split_across_reads_and_far_from_the_end():
+    """The parent's reader of the child's output: a mark early in a large read (more than 600 characters
+    before its end) and a mark split between two reads are each counted once; the bar is read after it."""
+    from spectrum_rft.tools.evaluation.plugin import ITEM_MARK
+    from spectrum_rft.tools.evaluation.runner import ProgressFollower
+
+    f = ProgressFollower()
+    big = f"\n{ITEM_MARK} test_spectrum_turn.py::a\n" + "x" * 7000 + "  Run 1:  50%|#####     | 8/16 [00:01]"
+    assert f.feed(big) == (0, (8, 16))
+    mark = f"\n{ITEM_MARK} test_spectrum_turn.py::b\n"
+    half = 1 + len(ITEM_MARK) // 2  # inside the mark itself
+    assert f.feed("noise " + mark[:half]) == (None, (8, 16))
+    item, rows = f.feed(mark[half:] + "  Run 1:  12%|#         | 2/16 [00:00]")
+    assert (item, rows) == (1, (2, 16)) and f.item == 1
+    assert f.feed("more output, no mark") == (None, (2, 16)) and f.item == 1

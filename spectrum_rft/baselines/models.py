@@ -21,7 +21,7 @@ What each model does with the messages it is sent:
 * ``spectrum/oracle`` is PRIVILEGED: it is told which row it plays. For ``spectrum/`` models every
   ``litellm.acompletion`` of both rollout transports carries
   ``metadata={"spectrum_row": {"row_id": ..., "dataset_info": <the row's input_metadata.dataset_info>}}``
-  (:func:`row_metadata`); the oracle rebuilds that row's environment
+  (:func:`spectrum_rft.rollouts.scripted.row_metadata`); the oracle rebuilds that row's environment
   (:func:`spectrum_rft.task.environment.env_for_row` + ``reset``) and reports its true transmitters, after
   checking that the scan it is shown is that row's. Without the metadata it answers in plain text saying
   so (no tool call). No process-wide state: nothing is registered ahead of a rollout. Labelled so in
@@ -40,12 +40,13 @@ import litellm
 from litellm import CustomLLM, ModelResponse
 
 from spectrum_rft.baselines import policies as sp
+from spectrum_rft.rollouts.scripted import ROW_METADATA_KEY, SCRIPTED_MODEL_PREFIX, is_scripted_model, row_metadata  # noqa: F401
 from spectrum_rft.task import scan_format
 from spectrum_rft.task.environment import env_for_row
 from spectrum_rft.task.window import is_scan_message, report_call_ids
 
-PROVIDER = "spectrum"
-METADATA_KEY = "spectrum_row"  # litellm ``metadata`` key carrying the row of a spectrum/ model call
+PROVIDER = SCRIPTED_MODEL_PREFIX.rstrip("/")
+METADATA_KEY = ROW_METADATA_KEY  # the litellm ``metadata`` key the transports fill (rollouts.loop.row_metadata)
 _NUM = re.compile(r"-?\d+(?:\.\d+)?")
 
 
@@ -73,11 +74,6 @@ def _has_notepad_update(tools: list | None) -> bool:
 
 def _centres_from_text(text: str) -> list[float]:
     return [float(x) for x in _NUM.findall(text or "")]
-
-
-def row_metadata(row_id: str, dataset_info: dict | None) -> dict:
-    """The litellm ``metadata`` a rollout transport passes with every call of a ``spectrum/`` model."""
-    return {METADATA_KEY: {"row_id": row_id, "dataset_info": dataset_info}}
 
 
 def truth_for_row(row: Any, shown: sp.ParsedScan | None = None) -> tuple[list[tuple[float, float]] | None, str]:
@@ -214,7 +210,7 @@ def register() -> None:
 
 
 def is_policy_model(model: str | None) -> bool:
-    return bool(model) and str(model).startswith(f"{PROVIDER}/")
+    return is_scripted_model(model)
 
 
 def prepare(completion_params: dict) -> None:

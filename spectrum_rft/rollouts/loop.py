@@ -78,6 +78,7 @@ from eval_protocol.models import EvaluationRow, Message, Status
 from eval_protocol.pytest.rollout_processor import RolloutProcessor
 from eval_protocol.pytest.types import RolloutProcessorConfig
 
+from spectrum_rft.rollouts.scripted import SCRIPTED_MODEL_PREFIX, is_scripted_model, row_metadata  # noqa: F401
 from spectrum_rft.task.environment import SpectrumEnv, ToolResult, env_for_row
 from spectrum_rft.task.window import is_scan_message, window
 
@@ -93,7 +94,6 @@ except ImportError:  # pragma: no cover - older eval-protocol
             return {**completion_params, "model": f"fireworks_ai/{model}"}
         return completion_params
 
-SCRIPTED_MODEL_PREFIX = "spectrum/"  # the scripted baselines served as litellm models (their handler: baselines)
 # Keys that callers put into completion params for other transports but litellm must not forward.
 _NOT_FOR_LITELLM = ("use_caching",)
 # HTTP statuses that say "this request will never work": configuration, not a passing fault.
@@ -318,7 +318,7 @@ class InProcessEpisode:
     async def finish(self, reason: str) -> dict:
         self.env.finish(reason)
         self._sync()
-        return {**self.env.metrics(), "scan_records": self.env.scan_records()}
+        return self.env.result()
 
     def record_fault(self, kind: str) -> None:
         self.env.record_fault(kind)
@@ -475,9 +475,9 @@ class SpectrumRolloutProcessor(RolloutProcessor):
             row.messages = self._messages(transcript, stats)
             row.rollout_status = Status.rollout_running()
             config.logger.log(row)
-            if params.get("model", "").startswith(SCRIPTED_MODEL_PREFIX):
-                params = {**params, "metadata": {"spectrum_row": {
-                    "row_id": row.input_metadata.row_id, "dataset_info": dict(row.input_metadata.dataset_info or {})}}}
+            if is_scripted_model(params.get("model")):
+                params = {**params, "metadata": {**(params.get("metadata") or {}), **row_metadata(
+                    row.input_metadata.row_id, dict(row.input_metadata.dataset_info or {}))}}
             await self._play(ep, opening, transcript, params, stats, row, config)
             row.rollout_status = Status.rollout_finished()
         except RolloutConfigError as e:
@@ -567,7 +567,7 @@ class SpectrumRolloutProcessor(RolloutProcessor):
                 if status in _BAD_REQUEST_STATUS:
                     ep.record_fault("llm_bad_request")
                     return None
-                ep.record_fault(_FAULT_OF_CAUSE[failure_cause(e)])
+                ep.record_fault(_FAULT_OF_CAUSE[stats.cause])
                 continue
             stats.ok_calls += 1
             reply = self._parse(resp, stats)

@@ -94,11 +94,9 @@ class McpEpisode:
         self.done, self.scan, self.prompt = False, 0, ""
         self.result: dict | None = None
         self.faults: dict[str, int] = {}  # counted here, sent with the next request
-        self.requests = 0
         self._schemas: dict[str, tuple[dict, set]] = {}  # tool -> ({parameter: JSON type}, required ones)
 
     async def start(self) -> Opening:
-        self.requests += 1
         d = json.loads(_text(await self.session.read_resource(AnyUrl(EPISODE_URI))))
         self.done, self.scan, self.prompt = bool(d["done"]), int(d["scan"]), d["prompt"]
         for t in d["tools"]:
@@ -149,7 +147,6 @@ class McpEpisode:
         return meta
 
     async def _send(self, tool: str, arguments: dict, meta: dict) -> tuple[CallToolResult, dict]:
-        self.requests += 1
         result = await self.session.call_tool(tool, arguments, meta=meta)
         text = _text(result)
         if result.isError:

@@ -25,7 +25,6 @@ import base64
 import json
 import logging
 import weakref
-from dataclasses import dataclass
 from typing import Annotated, Any
 
 from mcp.server.fastmcp import Context
@@ -44,20 +43,8 @@ from spectrum_rft.task.environment import EnvConfig, SpectrumEnv, ToolResult, en
 logger = logging.getLogger(__name__)
 
 
-@dataclass(eq=False)
-class Rollout:
-    """One rollout's env (owned by one MCP connection)."""
-
-    env: SpectrumEnv
-    row_id: str
-
-    def result(self) -> dict:
-        """The env's metrics with the per-scan records: what the evaluator reads."""
-        return {**self.env.metrics(), "scan_records": self.env.scan_records()}
-
-
 class SpectrumAdapter(EnvironmentAdapter):
-    """McpGym's adapter hook. Only used for the base class's default env; rollouts use :class:`Rollout`."""
+    """McpGym's adapter hook. Only used for the base class's default env; rollouts use one env per MCP connection."""
 
     def create_environment(self, config: dict | None = None) -> SpectrumEnv:
         return SpectrumEnv(EnvConfig.from_dict(config))
@@ -101,7 +88,7 @@ class SpectrumMcp(McpGym):
 
     def __init__(self, host: str = "127.0.0.1", port: int = 8000, preset: str = "default", **kwargs: Any):
         self.preset_name = preset
-        self.rollouts: weakref.WeakKeyDictionary[Any, Rollout] = weakref.WeakKeyDictionary()
+        self.rollouts: weakref.WeakKeyDictionary[Any, SpectrumEnv] = weakref.WeakKeyDictionary()
         self.requests: dict[str, int] = {}  # "METHOD /path STATUS" -> count (see /control/stats)
         self.rollouts_created = 0
         super().__init__("spectrum", SpectrumAdapter(), seed=None, **kwargs)
@@ -112,11 +99,11 @@ class SpectrumMcp(McpGym):
 
     # ---- rollouts --------------------------------------------------------------------------------
 
-    def rollout(self, ctx: Context) -> Rollout:
+    def rollout(self, ctx: Context) -> SpectrumEnv:
         """This connection's rollout, created (seeded, configured from the row) on first use."""
         key = ctx.session
-        r = self.rollouts.get(key)
-        if r is None:
+        env = self.rollouts.get(key)
+        if env is None:
             params = getattr(key, "client_params", None)
             row = _extra(getattr(params, "clientInfo", None)).get(CLIENT_INFO_KEY)
             if not isinstance(row, dict) or not isinstance(row.get("row_id"), str) or not row["row_id"]:
@@ -124,48 +111,44 @@ class SpectrumMcp(McpGym):
             info = row.get("dataset_info")
             env, seed = env_for_row(row["row_id"], info if isinstance(info, dict) else None)
             env.reset(seed)
-            r = Rollout(env, row["row_id"])
-            self.rollouts[key] = r
+            self.rollouts[key] = env
             self.rollouts_created += 1
-        return r
+        return env
 
-    def _reply(self, r: Rollout, scan_before: int, res: ToolResult | None, text: str,
+    def _reply(self, env: SpectrumEnv, scan_before: int, res: ToolResult | None, text: str,
                meta: dict[str, Any]) -> CallToolResult:
-        env = r.env
         data: dict[str, Any] = {"scan": env.scan_index, "done": env.done, **meta}
         if res is not None:
             data.update(ok=res.ok, advanced=res.advanced, reward=res.reward, error=res.error, skipped=res.skipped)
         if not env.done and env.scan_index != scan_before:
             data["prompt"] = env.observation()["prompt"]
         if env.done:
-            data["result"] = r.result()
+            data["result"] = env.result()
         return CallToolResult(content=[TextContent(type="text", text=text)], _meta={META_KEY: data})
 
-    def _begin(self, ctx: Context) -> tuple[Rollout, dict]:
+    def _begin(self, ctx: Context) -> tuple[SpectrumEnv, dict]:
         """This connection's rollout, with the faults the client counted since its last request applied."""
-        r = self.rollout(ctx)
+        env = self.rollout(ctx)
         meta = _extra(ctx.request_context.meta)
         faults = meta.get(FAULTS_KEY)
         if isinstance(faults, dict):
             for kind, n in faults.items():
-                for _ in range(min(int(n), 10_000) if isinstance(n, int) else 0):
-                    r.env.record_fault(str(kind)[:60])
-        return r, meta
+                if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+                    env.record_fault(str(kind)[:60], min(n, 10_000))
+        return env, meta
 
     def _step(self, ctx: Context, name: str, arguments: Any, size: int | None = None) -> CallToolResult:
-        r, meta = self._begin(ctx)
-        env = r.env
+        env, meta = self._begin(ctx)
         turn = meta.get(TURN_KEY) if isinstance(meta.get(TURN_KEY), dict) else {}
         first, last = bool(turn.get("first", True)), bool(turn.get("last", True))  # default: one call, one turn
         scan = env.scan_index
         if first and not env.done:
             env.begin_model_turn()
         res = env.call_tool(name, arguments, size=size, ends_turn=last)
-        return self._reply(r, scan, res, res.content, {})
+        return self._reply(env, scan, res, res.content, {})
 
     def _event(self, ctx: Context, event: str, reason: str) -> CallToolResult:
-        r, _ = self._begin(ctx)
-        env = r.env
+        env, _ = self._begin(ctx)
         scan = env.scan_index
         reason = str(reason or event)[:40]
         text = ""
@@ -177,7 +160,7 @@ class SpectrumMcp(McpGym):
             env.finish(reason)
         elif event not in EVENTS:
             raise ValueError(f"unknown event {event!r}; one of {', '.join(EVENTS)}")
-        return self._reply(r, scan, None, text, {"nudge": bool(text)})
+        return self._reply(env, scan, None, text, {"nudge": bool(text)})
 
     # ---- MCP surface -----------------------------------------------------------------------------
 
@@ -241,7 +224,7 @@ class SpectrumMcp(McpGym):
         @self.mcp.resource(EPISODE_URI, name="episode", mime_type="application/json",
                            description="This connection's rollout: the open scan, the tools, the system prompt.")
         def episode() -> str:
-            env = self.rollout(self.mcp.get_context()).env
+            env = self.rollout(self.mcp.get_context())
             return json.dumps({"prompt": env.observation()["prompt"], "scan": env.scan_index, "done": env.done,
                                "tools": env.tools(), "system_prompt": env.system_prompt(),
                                "memory_mode": env.config.memory_mode, "n_scans": env.n_scans,

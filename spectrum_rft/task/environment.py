@@ -450,9 +450,9 @@ class SpectrumEnv:
             return True
         return False
 
-    def record_fault(self, kind: str) -> None:
-        """Count a transport-level fault (LLM error, malformed tool call, ...) for the metrics."""
-        self._fault(kind)
+    def record_fault(self, kind: str, n: int = 1) -> None:
+        """Count ``n`` transport-level faults (LLM error, malformed tool call, ...) for the metrics."""
+        self._fault(kind, n)
 
     # ---- views -----------------------------------------------------------------------------------
 
@@ -502,6 +502,10 @@ class SpectrumEnv:
     def scan_records(self) -> list[dict]:
         return [r.as_dict() for r in self._state().records]
 
+    def result(self) -> dict:
+        """What the evaluator reads, on every transport: the metrics with the per-scan records."""
+        return {**self.metrics(), "scan_records": self.scan_records()}
+
     def band_fingerprint(self) -> str:
         s = self._state()
         assert s is not None
@@ -547,9 +551,9 @@ class SpectrumEnv:
             raise RuntimeError("the episode is over; call reset(seed)")
         return self._s  # type: ignore[return-value]
 
-    def _fault(self, kind: str) -> None:
-        f = self._s.faults  # type: ignore[union-attr]
-        f[kind] = f.get(kind, 0) + 1
+    def _fault(self, kind: str, n: int = 1) -> None:
+        f = self._state().faults
+        f[kind] = f.get(kind, 0) + n
 
     def _score(self, centres: list[float], widths: list[float], skipped: bool):
         s = self._s
@@ -598,11 +602,16 @@ class SpectrumEnv:
 # --------------------------------------------------------------------------------------------------
 
 
+def _row_context(dataset_info: dict[str, Any] | None) -> dict[str, Any]:
+    """The env settings a row carries: ``dataset_info["environment_context"]``, or the top level."""
+    info = dataset_info or {}
+    ctx = info.get("environment_context")
+    return ctx if isinstance(ctx, dict) else info
+
+
 def row_config(dataset_info: dict[str, Any] | None) -> EnvConfig:
     """The env config a dataset row carries (``dataset_info["environment_context"]``, or the top level)."""
-    info = dataset_info or {}
-    ctx = info.get("environment_context") if isinstance(info.get("environment_context"), dict) else info
-    return EnvConfig.from_dict(ctx)
+    return EnvConfig.from_dict(_row_context(dataset_info))
 
 
 def row_seed(row_id: str, config: EnvConfig) -> int:
@@ -619,9 +628,7 @@ def env_for_row(row_id: str, dataset_info: dict[str, Any] | None) -> tuple[Spect
     run index of a fixed schedule (``seed_is_run_index``, e.g. bench90) require the explicit seed.
     """
     cfg = row_config(dataset_info)
-    info = dataset_info or {}
-    ctx = info.get("environment_context") if isinstance(info.get("environment_context"), dict) else info
-    explicit = ctx.get("seed")
+    explicit = _row_context(dataset_info).get("seed")
     if cfg.salt == "process":  # a per-process band: any stored seed is ignored
         cfg = EnvConfig(**{**cfg.to_dict(), "salt": resolve_salt("process")})
     elif isinstance(explicit, int) and not isinstance(explicit, bool) and explicit >= 0:

@@ -21,6 +21,7 @@ import sys
 from typing import Any, Sequence
 
 from spectrum_rft.common.stats import mean
+from spectrum_rft.rollouts.scripted import SCRIPTED_MODEL_PREFIX
 from spectrum_rft.task.bench90 import BENCH90, N_RUNS, SCANS_PER_STAGE, STAGES, check_run
 from spectrum_rft.task.environment import EnvConfig, SpectrumEnv
 
@@ -35,7 +36,7 @@ REWARD = "avail_iou"
 # a token). CLBench's own budget is not among the published facts; 16k estimated tokens keeps a 90-scan
 # transcript inside a 32k-context model with room for the reply.
 DEFAULT_ICL_TOKEN_BUDGET = 16000
-POLICY_PREFIX = "spectrum/"
+POLICY_PREFIX = SCRIPTED_MODEL_PREFIX  # the scripted baselines as litellm models
 
 
 def env_config(system: str, prompt: str = "weak") -> EnvConfig:

@@ -3,6 +3,7 @@ its process group), a progress bar fed from the child's output, watchdogs, and t
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import re
@@ -146,6 +147,27 @@ def _wait_child(proc: subprocess.Popen, timeout: float | None,
 
 
 
+class ProgressFollower:
+    """Reads the child's output as it comes: which item (model) is running (our plugin's ``ITEM_MARK``
+    lines) and eval-protocol's rollout bar within it. Marks split across reads are counted once."""
+
+    def __init__(self) -> None:
+        self.item = -1
+        self._buf = ""  # output since the last mark, at most its last 600 characters
+
+    def feed(self, text: str) -> tuple[int | None, tuple[int, int] | None]:
+        """(the new item index when a mark arrived, else None; (rows done, rows) when the bar shows it)."""
+        joined = self._buf[-(len(ITEM_MARK) - 1):] + text  # the tail that could hold a split mark
+        marks = joined.count(ITEM_MARK)
+        if marks:
+            self.item += marks
+            self._buf = joined[joined.rindex(ITEM_MARK) + len(ITEM_MARK):][-600:]
+        else:
+            self._buf = (self._buf + text)[-600:]
+        hits = _TQDM_RUN.findall(self._buf)
+        return (self.item if marks else None), ((int(hits[-1][0]), int(hits[-1][1])) if hits else None)
+
+
 def run_models(path: str, specs: Sequence[ModelSpec], dataset: Path, rows: int, *, concurrency: int,
                log_path: Path, timeout: float | None = None, keep_ep_logs: bool = False,
                progress: Progress | None = None, watchdogs: Sequence[Watchdog] = ()) -> ModelsRun:
@@ -174,20 +196,21 @@ def run_models(path: str, specs: Sequence[ModelSpec], dataset: Path, rows: int, 
 
         def pump() -> None:
             assert proc.stdout is not None
-            buf, item = "", -1
+            decoder = codecs.getincrementaldecoder("utf-8")("replace")  # a character may span two reads
+            follow = ProgressFollower()
             for raw in iter(lambda: proc.stdout.read1(8192), b""):  # type: ignore[union-attr]
-                text = raw.decode("utf-8", "replace")
+                text = decoder.decode(raw)
                 chunks.append(text)
                 if progress is None:
                     continue
-                buf = (buf + text)[-600:]
-                if ITEM_MARK in text:
-                    item += text.count(ITEM_MARK)
-                    buf = buf[buf.rindex(ITEM_MARK):]
-                    progress.model(min(item, len(specs) - 1), specs[min(item, len(specs) - 1)].label)
-                hits = _TQDM_RUN.findall(buf)
-                if hits and item >= 0:
-                    progress.rows_done(int(hits[-1][0]), int(hits[-1][1]))
+                try:  # the progress bar must never stop this thread: it also drains the child's pipe
+                    item, rows = follow.feed(text)
+                    if item is not None:
+                        progress.model(min(item, len(specs) - 1), specs[min(item, len(specs) - 1)].label)
+                    if rows is not None and follow.item >= 0:
+                        progress.rows_done(*rows)
+                except Exception:  # noqa: BLE001  (a display glitch, never a lost log or a hung child)
+                    continue
 
         reader = threading.Thread(target=pump, daemon=True)
         reader.start()

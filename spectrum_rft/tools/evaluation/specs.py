@@ -6,8 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from spectrum_rft.rollouts.scripted import SCRIPTED_MODEL_PREFIX
+
 DEFAULT_LADDER = ("memoryless", "accumulate", "oracle")
-POLICY_PREFIX = "spectrum/"
+POLICY_PREFIX = SCRIPTED_MODEL_PREFIX  # the scripted baselines as litellm models
 PRIVILEGED = {"spectrum/oracle"}
 # eval-protocol's McpGym policy caches responses unless told not to: identical first prompts of a row's
 # rollouts would come back identical (EVAL_PROTOCOL_NOTES.md); test_spectrum_rft's own default turns it off.
