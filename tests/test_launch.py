@@ -22,7 +22,7 @@ import pytest
 
 from spectrum_rft.tools.entries import entry_spec
 from spectrum_rft.tools.launch import main
-from spectrum_rft.tools.launch.arms import ARMS
+from spectrum_rft.task.arms import ARMS
 from spectrum_rft.tools.launch.cli import build_parser, options_from_args
 from spectrum_rft.tools.launch.execute import execute
 from spectrum_rft.tools.launch.ids import Redact

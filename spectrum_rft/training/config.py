@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from spectrum_rft.training import loss as L
 from spectrum_rft.training.models import DEFAULT_MODEL
 
-TASKS = ("gsm8k", "spectrum")
+TASKS = ("gsm8k",)  # the spectrum task trains on TRL (spectrum_rft.training.trl_run)
 DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -45,9 +45,6 @@ class TrainConfig:
     seed: int = 0
     device: str = "auto"
     threads: int = 0  # torch CPU threads (0: torch's default)
-    spectrum_preset: str = "default"
-    spectrum_reward: str = "default"
-    spectrum_eval_scans: int = 0  # eval plays the first N scans of each episode (0: all of them)
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -60,8 +57,8 @@ class TrainConfig:
         for name in ("steps", "prompts", "group", "max_tokens", "lora_rank", "gen_batch", "micro_batch"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
-        if min(self.topk, self.eval_every, self.eval_n, self.eval_max_tokens, self.spectrum_eval_scans) < 0:
-            raise ValueError("topk, eval_every, eval_n, eval_max_tokens and spectrum_eval_scans must be >= 0")
+        if min(self.topk, self.eval_every, self.eval_n, self.eval_max_tokens) < 0:
+            raise ValueError("topk, eval_every, eval_n and eval_max_tokens must be >= 0")
         if self.temperature <= 0:
             raise ValueError("temperature must be > 0 (evaluation is greedy regardless)")
 

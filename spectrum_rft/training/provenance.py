@@ -12,7 +12,10 @@ REPO = Path(__file__).resolve().parents[2]  # the project root (git revision, re
 RECORD_FILES = ("spectrum_rft/training/trainer.py", "spectrum_rft/training/config.py",
                 "spectrum_rft/training/models.py", "spectrum_rft/training/tasks.py",
                 "spectrum_rft/training/provenance.py", "spectrum_rft/training/loss.py",
-                "spectrum_rft/training/gsm8k.py", "spectrum_rft/task/environment.py", "spectrum_rft/task/reward.py")
+                "spectrum_rft/training/gsm8k.py", "spectrum_rft/training/trl_env.py",
+                "spectrum_rft/training/trl_data.py", "spectrum_rft/training/trl_run.py",
+                "spectrum_rft/training/chat_template.py", "spectrum_rft/task/environment.py",
+                "spectrum_rft/task/reward.py")
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:

@@ -1,5 +1,6 @@
-"""``spectrum-rft train``: a local GRPO trainer (LoRA via peft on a transformers causal LM) with score
-centring, GSM8K evaluation and a complete experiment record per run.
+"""``spectrum-rft train --task gsm8k``: the GSM8K score-centring card's GRPO trainer (LoRA via peft on a
+transformers causal LM) with GSM8K evaluation and a complete experiment record per run. The spectrum task
+trains on TRL (:mod:`.trl_run`); this sampler and loop remain only until the card moves to TRL as well.
 
 One step: sample G completions for each of P prompts from the current policy with our own sampling loop
 (it records, per token, the sampler's log-probability of the sampled token and its top-k), score them,
@@ -18,8 +19,7 @@ Run directory (``--out``): ``config.json`` (effective config), ``code_revision.j
 predictions, ``evaluator.json`` (evaluator identity), ``items.json`` (item manifest), and LoRA
 checkpoints under ``checkpoints/step_NNNN/``.
 
-The package: :mod:`.config` (the knobs), :mod:`.models` (GGUF -> plain model, cached), :mod:`.tasks` (GSM8K
-and the spectrum env per scan), :mod:`.provenance` (code revision, evaluator identity, item manifest),
+The package: :mod:`.config` (the knobs), :mod:`.models` (GGUF -> plain model, cached), :mod:`.tasks` (GSM8K), :mod:`.provenance` (code revision, evaluator identity, item manifest),
 :mod:`.loss` (the losses); this module: the sampler, the learner step, the loop and the CLI.
 """
 
@@ -39,9 +39,9 @@ from spectrum_rft.training.config import DTYPES, TASKS, TrainConfig
 from spectrum_rft.training.models import resolve_model_dir, torch_dtype
 from spectrum_rft.training.provenance import (append_jsonl, code_revision, evaluator_identity, item_manifest,
                                               sha256_file, write_json)
-from spectrum_rft.training.tasks import Gsm8kTask, SpectrumTask, parse_centres
+from spectrum_rft.training.tasks import Gsm8kTask
 
-__all__ = ["DTYPES", "TASKS", "Rollout", "TrainConfig", "Trainer", "build_parser", "main", "parse_centres", "sample",
+__all__ = ["DTYPES", "TASKS", "Rollout", "TrainConfig", "Trainer", "build_parser", "main", "sample",
            "sample_batched"]
 
 
@@ -177,7 +177,7 @@ class Trainer:
         eos |= set(gen_eos if isinstance(gen_eos, list) else [gen_eos] if gen_eos is not None else [])
         self.eos_ids = {int(e) for e in eos if e is not None}
         self.gen = torch.Generator(device=self.device).manual_seed(cfg.seed)
-        self.task = Gsm8kTask(cfg, self.tok) if cfg.task == "gsm8k" else SpectrumTask(cfg, self.tok)
+        self.task = Gsm8kTask(cfg, self.tok)
         self.out = Path(cfg.out)
 
     # ---- sampler sync ----------------------------------------------------------------------------
@@ -416,12 +416,12 @@ class Trainer:
 # --------------------------------------------------------------------------------------------------
 
 _HELP = {
-    "task": "gsm8k or spectrum", "out": "run directory", "model": "'smollm2' or a local HF model directory",
+    "task": "gsm8k (the spectrum task trains on TRL: spectrum-rft train --help)", "out": "run directory", "model": "'smollm2' or a local HF model directory",
     "cache_dir": "where the converted GGUF model is cached", "data": "GSM8K folder (default ../shared/data/gsm8k)",
     "prompts": "P, groups per step", "group": "G, completions per prompt", "max_tokens": "sampling budget",
     "loss": "pg | tis | mis", "score_centering": "add the score-centring term",
     "topk": "top-k form over the sampler's head (0: full vocabulary)", "dtype": "learner dtype",
-    "sampler_dtype": "sampler dtype ('same' = the learner)", "eval_n": "test items (gsm8k) or episodes (spectrum)",
+    "sampler_dtype": "sampler dtype ('same' = the learner)", "eval_n": "GSM8K test items",
     "eval_max_tokens": "greedy eval budget (0: max_tokens)", "max_grad_norm": "clip (0: off)",
     "threads": "torch CPU threads (0: default)",
 }

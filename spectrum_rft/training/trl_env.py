@@ -42,14 +42,59 @@ share the band. SmolLM2's own chat template cannot render tool calls (trl refuse
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 from collections.abc import Callable
 from typing import Any
 
+from spectrum_rft.baselines.policies import make_policy
+from spectrum_rft.common.stats import mean
 from spectrum_rft.task.environment import SpectrumEnv, env_for_row
+from spectrum_rft.task.scan_format import parse_scan
 
-LOGGED_METRICS = ("score", "memory_gain", "dormant_recall", "carry_rate", "scans_skipped")
+LOGGED_METRICS = ("score", "late_mean", "memory_gain", "dormant_recall", "carry_rate", "scans_skipped",
+                  "gain_vs_memoryless")
+SCAN_EPISODE_MODES = ("none", "scaffold", "scrambled")  # memory that travels inside the scan text only
+
+
+def memoryless_report(scan_text: str) -> dict:
+    """The memoryless policy's report on one scan text (its peaks' centres, widths left to the default):
+    what the SFT warm start teaches, and what plays the earlier scans of a scan episode."""
+    action = make_policy("memoryless").act_on([parse_scan(scan_text)])
+    return {"center_freqs": action["center_freqs"]}
+
+
+def play_prefix(env: SpectrumEnv, n: int) -> None:
+    """Play the open episode's next ``n`` scans with :func:`memoryless_report`, one model turn each."""
+    for _ in range(n):
+        env.begin_model_turn()
+        env.call_tool("submit_report", memoryless_report(env.observation()["prompt"]), ends_turn=True)
+
+
+def scan_metrics(env: SpectrumEnv, scan: int, reference: float | None = None) -> dict:
+    """The metrics of a scan episode: scan ``scan`` alone (skipped if it was never closed), in the names of
+    :meth:`SpectrumEnv.metrics`. ``late_mean``/``early_mean`` hold the score when the scan is in that half of
+    the episode (the batch's memory_gain is late minus early over rollouts: :func:`spectrum_reward`);
+    ``gain_vs_memoryless`` is the score minus ``reference``, the memoryless policy's score on the same scan."""
+    m = env.metrics()  # unplayed scans count as skipped empty reports
+    rec = env.scan_records()[scan - 1] if len(env.scan_records()) >= scan else None
+    reward = m["per_scan_reward"][scan - 1]
+    half = env.n_scans // 2  # the halves of spectrum_rft.task.reward.halves
+    out = {k: m[k] for k in ("band_fingerprint", "faults", "seed", "salt", "preset", "memory_mode", "reward_name",
+                             "n_scans")}
+    out.update(
+        score=reward, per_scan_reward=[reward],
+        early_mean=reward if scan <= half else None, late_mean=reward if scan > env.n_scans - half else None,
+        memory_gain=None,
+        scans_skipped=0 if rec is not None and not rec["skipped"] else 1,
+        report_size=rec["report_size"] if rec else 0,
+        dormant_recall=(rec["dormant_covered"] / rec["dormant_eligible"]) if rec and rec["dormant_eligible"] else None,
+        carry_rate=(rec["carry_kept"] / rec["carry_prev"]) if rec and rec["carry_prev"] else None,
+        memoryless_reward=reference,
+        gain_vs_memoryless=None if reference is None else reward - reference,
+    )
+    return out
 
 
 class _not_a_tool:
@@ -91,6 +136,8 @@ class SpectrumToolEnv:
     def __init__(self) -> None:
         self._env: SpectrumEnv | None = None
         self._row_id: str | None = None
+        self._scan = 0  # > 0: a scan episode (only scan ``_scan`` is the model's; see play_prefix)
+        self._reference: float | None = None
 
     def reset(self, **row: Any) -> str:
         """Start a rollout of ``row`` (a dataset row: ``row_id`` or ``id``, and ``environment_context`` as
@@ -107,7 +154,19 @@ class SpectrumToolEnv:
             raise ValueError(f"row {row_id!r} has memory_mode {env.config.memory_mode!r}, but {type(self).__name__} "
                              f"serves {', '.join(self.MEMORY_MODES)}; use tool_env_class(memory_mode)")
         env.reset(seed)
-        self._env, self._row_id = env, row_id
+        scan = row.get("scan") or 0
+        if not isinstance(scan, int) or isinstance(scan, bool) or not 0 <= scan <= env.n_scans:
+            raise ValueError(f"row {row_id!r}: scan must be an int in 0..{env.n_scans} (0: the whole episode)")
+        reference = None
+        if scan:
+            if env.config.memory_mode not in SCAN_EPISODE_MODES:
+                raise ValueError(f"row {row_id!r}: scan episodes need memory_mode {' or '.join(SCAN_EPISODE_MODES)}"
+                                 f" (got {env.config.memory_mode!r}: its memory does not travel in the scan text)")
+            play_prefix(env, scan - 1)
+            ref = copy.deepcopy(env)
+            play_prefix(ref, 1)
+            reference = ref.scan_records()[scan - 1]["reward"]
+        self._env, self._row_id, self._scan, self._reference = env, row_id, scan, reference
         return env.observation()["prompt"]
 
     @_tool
@@ -120,11 +179,21 @@ class SpectrumToolEnv:
         """
         raise AssertionError("declaration only: _tool replaces the body")
 
+    @property
+    def done(self) -> bool:
+        """Whether the rollout is over (the episode's last scan, or a scan episode's scan, is closed); False
+        before ``reset``."""
+        env = self._env
+        return env is not None and (env.done or bool(self._scan) and env.scan_index >= self._scan)
+
     @_not_a_tool
     def metrics(self) -> dict:
         """The env's episode metrics (score, memory_gain, dormant_recall, carry_rate, scans_skipped,
         band_fingerprint, per_scan_reward, faults...; unplayed scans count as skipped) and the row id."""
-        return {**self._started().metrics(), "row_id": self._row_id}
+        env = self._started()
+        if not self._scan:
+            return {**env.metrics(), "row_id": self._row_id, "scan": 0}
+        return {**scan_metrics(env, self._scan, self._reference), "row_id": self._row_id, "scan": self._scan}
 
     def _started(self) -> SpectrumEnv:
         if self._env is None:
@@ -135,10 +204,12 @@ class SpectrumToolEnv:
         env = self._env
         if env is None:
             return "Error: the episode has not started. The call was ignored."
+        if self.done and not env.done:  # a scan episode whose scan is closed (the env has more scans)
+            return f"Error: this rollout ended with scan {self._scan}. The call was ignored."
         if not env.done:
             env.begin_model_turn()
         res = env.call_tool(name, arguments, ends_turn=True)
-        if (res.advanced or res.skipped) and not env.done:
+        if (res.advanced or res.skipped) and not env.done and not self._scan:
             return f"{res.content}\n\n{env.observation()['prompt']}"
         return res.content
 
@@ -215,14 +286,22 @@ def spectrum_reward(environments: list[SpectrumToolEnv], log_metric: Callable | 
                     log_extra: Callable | None = None, **_: Any) -> list[float]:
     """TRL reward function: each rollout's env score. Logs the batch means of :data:`LOGGED_METRICS`
     (metrics that are None for an episode, e.g. carry_rate with no earlier report, are left out of the
-    mean) and, per completion, the row id, band fingerprint and those metrics."""
+    mean; for scan episodes memory_gain is the batch's late-half mean minus its early-half mean) and, per
+    completion, the row id, scan, band fingerprint and those metrics."""
     ms = [env.metrics() for env in environments]
+    if any(m.get("scan") for m in ms):
+        early, late = mean([m.get("early_mean") for m in ms]), mean([m.get("late_mean") for m in ms])
+        for m in ms:
+            m["memory_gain"] = None
+        gain = (late - early) if early is not None and late is not None else None
+    else:
+        gain = mean([m.get("memory_gain") for m in ms])
     if log_metric is not None:
         for name in LOGGED_METRICS:
-            vals = [float(m[name]) for m in ms if m.get(name) is not None]
-            if vals:
-                log_metric(f"spectrum/{name}", sum(vals) / len(vals))
+            value = gain if name == "memory_gain" else mean([m.get(name) for m in ms])
+            if value is not None:
+                log_metric(f"spectrum/{name}", float(value))
     if log_extra is not None:
-        for name in ("row_id", "band_fingerprint", *LOGGED_METRICS):
+        for name in ("row_id", "scan", "band_fingerprint", *LOGGED_METRICS):
             log_extra(name, [m.get(name) for m in ms])
     return [float(m["score"]) for m in ms]

@@ -2,7 +2,7 @@
 
 One module per job, imports pointing down the list:
 
-* :mod:`.arms`     the experiment arms
+* the experiment arms: :mod:`spectrum_rft.task.arms` (shared with `spectrum-rft train`)
 * :mod:`.options`  :class:`LaunchOptions` (typed flags), defaults, :class:`LaunchError`
 * :mod:`.ids`      resource ids, .env key names, secret redaction (logs and request bodies)
 * :mod:`.tarball`  the evaluator source tarball (eval-protocol's uploader's ignore rules)

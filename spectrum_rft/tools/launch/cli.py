@@ -37,7 +37,7 @@ import sys
 from dataclasses import fields
 from typing import Any
 
-from .arms import ARMS
+from spectrum_rft.task.arms import ARMS
 from .dryrun import dry_run, firectl_lines
 from .execute import execute, resume_flags
 from .ids import redacted_logs

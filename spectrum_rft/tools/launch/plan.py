@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 from spectrum_rft.tools.entries import ENTRIES, entry_spec
 
-from .arms import ARMS, Arm
+from spectrum_rft.task.arms import ARMS, Arm
 from .ids import dotenv_keys, evaluator_id_for, resource_id
 from .options import DEFAULT_BASE_URL, EPOCH_MODES, LaunchError, LaunchOptions
 from .tarball import TAR_WARN_BYTES, source_bundle

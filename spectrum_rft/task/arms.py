@@ -1,4 +1,5 @@
-"""The experiment arms: the dataset options that differ between arms (everything else equal)."""
+"""The experiment arms: the dataset options that differ between arms (everything else equal). Used by
+`spectrum-rft launch` (Fireworks) and `spectrum-rft train` (TRL)."""
 
 from __future__ import annotations
 

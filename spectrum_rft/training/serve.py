@@ -1,0 +1,175 @@
+"""``spectrum-rft serve-hf``: a Hugging Face checkpoint (a ``spectrum-rft sft``/``train`` ``model/`` folder,
+or any local model directory) behind an OpenAI-compatible chat endpoint on 127.0.0.1, so the evaluator
+scores a trained model exactly as it scores any other (``spectrum-rft eval --model openai/<name>
+--api-base http://127.0.0.1:PORT/v1``).
+
+It renders with the checkpoint's own chat template (the tool template training used:
+:mod:`.chat_template`) and reads tool calls back with TRL's parser (``trl.chat_template_utils.
+parse_response``), the same two steps GRPO training took, so what the evaluator sees is what the trainer
+rewarded. One request at a time (CPU), greedy when ``temperature`` is 0 or absent.
+
+    POST /v1/chat/completions   {messages, tools?, max_tokens?, temperature?}
+    GET  /v1/models
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+DEFAULT_MAX_TOKENS = 256
+
+
+class BadRequest(ValueError):
+    """A request the server refuses with HTTP 400 (the message says why)."""
+
+
+def _messages(raw: Any) -> list[dict]:
+    """OpenAI messages -> the chat template's: tool-call arguments as objects, no None content."""
+    if not isinstance(raw, list) or not raw:
+        raise BadRequest("messages must be a non-empty list")
+    out = []
+    for m in raw:
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise BadRequest("every message must be an object with a role")
+        m = {**m, "content": m.get("content") or ""}
+        if isinstance(m["content"], list):  # content parts: keep the text
+            m["content"] = "".join(p.get("text", "") for p in m["content"] if isinstance(p, dict))
+        calls = []
+        for c in m.get("tool_calls") or []:
+            fn = dict(c.get("function") or {})
+            args = fn.get("arguments")
+            if isinstance(args, str):
+                try:
+                    args = json.loads(args) if args.strip() else {}
+                except json.JSONDecodeError:
+                    args = {"_raw": args}  # what the model wrote, kept visible
+            calls.append({"type": "function", "function": {"name": fn.get("name", ""), "arguments": args}})
+        if calls:
+            m["tool_calls"] = calls
+        else:
+            m.pop("tool_calls", None)
+        out.append(m)
+    return out
+
+
+class HfChatModel:
+    """A causal LM + its tokenizer answering chat requests (one at a time)."""
+
+    def __init__(self, model_dir: str | Path, threads: int = 0) -> None:
+        import torch  # noqa: PLC0415
+        from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415
+
+        from spectrum_rft.training.chat_template import with_tool_template  # noqa: PLC0415
+
+        if threads:
+            torch.set_num_threads(threads)
+        self.tok = with_tool_template(AutoTokenizer.from_pretrained(model_dir))
+        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+        self.max_len = getattr(self.model.config, "max_position_embeddings", 8192)
+        self.lock = threading.Lock()
+
+    def complete(self, body: dict) -> dict:
+        import torch  # noqa: PLC0415
+        from trl.chat_template_utils import parse_response  # noqa: PLC0415
+
+        messages = _messages(body.get("messages"))
+        tools = body.get("tools") or None
+        max_new = body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_MAX_TOKENS
+        temperature = body.get("temperature") or 0.0
+        if not isinstance(max_new, int) or max_new < 1 or not isinstance(temperature, (int, float)) or temperature < 0:
+            raise BadRequest("max_tokens must be a positive integer and temperature a number >= 0")
+        try:
+            enc = self.tok.apply_chat_template(messages, tools=tools, add_generation_prompt=True, return_dict=True,
+                                               return_tensors="pt")
+        except Exception as e:  # noqa: BLE001 (a template error is the request's problem)
+            raise BadRequest(f"cannot render the conversation: {e}") from e
+        prompt_ids = enc["input_ids"]
+        n_prompt = prompt_ids.shape[1]
+        if n_prompt >= self.max_len:
+            raise BadRequest(f"the prompt has {n_prompt} tokens; the model's context is {self.max_len}")
+        max_new = min(max_new, self.max_len - n_prompt)
+        kwargs: dict[str, Any] = {"max_new_tokens": max_new, "pad_token_id": self.tok.pad_token_id or self.tok.eos_token_id,
+                                  "eos_token_id": self.tok.eos_token_id}
+        kwargs.update(do_sample=True, temperature=float(temperature), top_k=0, top_p=1.0) if temperature > 0 \
+            else kwargs.update(do_sample=False)
+        with self.lock, torch.no_grad():
+            out = self.model.generate(**enc, **kwargs)
+        new = out[0, n_prompt:].tolist()
+        finished = bool(new) and new[-1] == self.tok.eos_token_id
+        parsed = parse_response(self.tok, new, prefix=prompt_ids[0].tolist()) if new else {"content": ""}
+        message: dict[str, Any] = {"role": "assistant", "content": parsed.get("content") or None}
+        calls = parsed.get("tool_calls") or []
+        if calls:
+            message["tool_calls"] = [
+                {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
+                 "function": {"name": c["function"]["name"], "arguments": json.dumps(c["function"].get("arguments", {}))}}
+                for c in calls]
+        reason = "tool_calls" if calls else ("stop" if finished else "length")
+        return {"id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion", "created": int(time.time()),
+                "model": body.get("model", "hf"), "choices": [{"index": 0, "message": message, "finish_reason": reason}],
+                "usage": {"prompt_tokens": n_prompt, "completion_tokens": len(new), "total_tokens": n_prompt + len(new)}}
+
+
+def make_server(model: HfChatModel, name: str, port: int = 0) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        def _send(self, code: int, payload: dict) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:  # noqa: N802
+            if self.path.rstrip("/") in ("/v1/models", "/models"):
+                self._send(200, {"object": "list", "data": [{"id": name, "object": "model", "owned_by": "local"}]})
+            else:
+                self._send(404, {"error": {"message": f"no route {self.path}"}})
+
+        def do_POST(self) -> None:  # noqa: N802
+            if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
+                self._send(404, {"error": {"message": f"no route {self.path}"}})
+                return
+            try:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                if not isinstance(body, dict):
+                    raise BadRequest("the request body must be a JSON object")
+                self._send(200, model.complete(body))
+            except (BadRequest, json.JSONDecodeError) as e:
+                self._send(400, {"error": {"message": str(e), "type": "invalid_request_error"}})
+            except Exception as e:  # noqa: BLE001 (a server error is reported, the server stays up)
+                self._send(500, {"error": {"message": f"{type(e).__name__}: {e}", "type": "server_error"}})
+
+        def log_message(self, *args: Any) -> None:  # quiet
+            pass
+
+    return ThreadingHTTPServer(("127.0.0.1", port), Handler)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="spectrum-rft serve-hf", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", required=True, help="a model directory (e.g. runs/x/model from sft or train)")
+    ap.add_argument("--name", default="spectrum-hf", help="the model id the server reports")
+    ap.add_argument("--port", type=int, default=8011)
+    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    a = ap.parse_args(argv)
+    if not (Path(a.model) / "config.json").is_file():
+        print(f"spectrum-rft serve-hf: {a.model}: not a model directory (no config.json)", file=sys.stderr)
+        return 2
+    server = make_server(HfChatModel(a.model, a.threads), a.name, a.port)
+    print(f"serving {a.name} ({a.model}) at http://127.0.0.1:{server.server_address[1]}/v1", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0

@@ -1,0 +1,96 @@
+"""Datasets for TRL: GRPO prompt rows for :mod:`.trl_env`, and SFT conversations of a scripted policy
+played through the same adapter, in exactly the chat/tool format GRPO generates in.
+
+Two episode shapes (``episode``):
+
+* ``full``: one row = one whole episode; TRL keeps the conversation, so every earlier scan stays in the
+  model's context. Right for memory mode ``icl``; for the ICL-off modes (none, scaffold, scrambled,
+  notepad) it would leak the history the mode is meant to hide, so it is refused for them.
+* ``scan``: one row = one scan of an episode (``scan`` k, drawn per row from its id): the adapter plays
+  scans 1..k-1 with the memoryless policy (what the SFT warm start does) and the model sees scan k alone,
+  with the mode's memory in the scan text (the scaffold's echo of the previous report, or the scrambled
+  control's random echo). The ICL-off window of the evaluator, one scan at a time.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from spectrum_rft.rollouts.dataset import make_rows
+from spectrum_rft.task.environment import get_preset
+from spectrum_rft.task.seeding import seed_for_row
+from spectrum_rft.training.trl_env import SCAN_EPISODE_MODES, memoryless_report, tool_env_class, tool_names
+
+EPISODES = ("scan", "full")
+FINAL_REPLY = "Done."  # what the SFT data answers after the rollout's last tool result
+
+
+def episode_for(memory_mode: str, episode: str | None) -> str:
+    """The episode shape of a memory mode (``None``: scan for the ICL-off modes, full for icl); refuses
+    the shapes that would change what the mode means."""
+    if episode is None:
+        episode = "scan" if memory_mode in SCAN_EPISODE_MODES else "full"
+    if episode not in EPISODES:
+        raise ValueError(f"unknown episode shape {episode!r}; choose one of {', '.join(EPISODES)}")
+    if episode == "scan" and memory_mode not in SCAN_EPISODE_MODES:
+        raise ValueError(f"memory mode {memory_mode!r} cannot be trained one scan at a time (its memory does not "
+                         f"travel in the scan text); use --episode full")
+    if episode == "full" and memory_mode not in ("icl", "icl_notepad"):
+        raise ValueError(f"memory mode {memory_mode!r} hides earlier scans, but TRL keeps the whole conversation "
+                         f"in context: a full episode would leak them. Use --episode scan")
+    return episode
+
+
+def scan_of_row(row_id: str, salt: str, n_scans: int) -> int:
+    """The scan (1..n_scans) a scan-episode row plays: a stable hash of its id, independent of its band."""
+    return 1 + seed_for_row(f"{row_id}#scan", salt) % n_scans
+
+
+def grpo_rows(n: int, *, prompt: str, memory_mode: str, preset: str = "default", reward: str = "default",
+              salt: str = "", prefix: str = "trl", episode: str | None = None) -> list[dict]:
+    """``n`` rows, each a fresh band: ``prompt`` (system message + an empty user message that TRL completes
+    with ``reset``'s scan text), ``row_id``, ``scan`` (0: the whole episode), ``environment_context``."""
+    episode = episode_for(memory_mode, episode)
+    n_scans = get_preset(preset).n_scans
+    out = []
+    for r in make_rows(n, prompt=prompt, memory_mode=memory_mode, preset=preset, reward=reward, salt=salt,
+                       prefix=prefix):
+        out.append({"prompt": [{"role": "system", "content": r["system_prompt"]}, {"role": "user", "content": ""}],
+                    "row_id": r["id"],
+                    "scan": scan_of_row(r["id"], salt, n_scans) if episode == "scan" else 0,
+                    "environment_context": r["environment_context"]})
+    return out
+
+
+def tool_schemas_of(env: Any) -> list[dict]:
+    """The tools as TRL renders them for ``env``: ``get_json_schema`` of each tool method, in TRL's order."""
+    from transformers.utils import get_json_schema  # noqa: PLC0415
+
+    return [get_json_schema(getattr(env, name)) for name in sorted(tool_names(env))]
+
+
+def _call(name: str, arguments: dict) -> dict:
+    return {"role": "assistant", "content": "",
+            "tool_calls": [{"type": "function", "function": {"name": name, "arguments": arguments}}]}
+
+
+def sft_conversation(row: dict) -> dict:
+    """One row played by the memoryless policy through the adapter: ``messages`` (the GRPO prompt with the
+    scan text TRL would append, each report as a ``submit_report`` call, the env's replies as tool messages,
+    then :data:`FINAL_REPLY`), ``tools`` (JSON, as TRL renders them) and the score the env gave."""
+    memory_mode = row["environment_context"]["memory_mode"]
+    env = tool_env_class(memory_mode)()
+    obs = env.reset(**row)
+    system, user = row["prompt"]
+    messages = [system, {**user, "content": user["content"] + obs}]
+    text = obs
+    for _ in range(env.metrics()["n_scans"]):  # one report per scan at most
+        args = memoryless_report(text)
+        text = env.submit_report(**args)
+        messages += [_call("submit_report", args), {"role": "tool", "name": "submit_report", "content": text}]
+        if env.done:
+            break
+    messages.append({"role": "assistant", "content": FINAL_REPLY})
+    return {"messages": messages, "tools": json.dumps(tool_schemas_of(env)), "score": env.metrics()["score"],
+            "row_id": row["row_id"]}

