@@ -512,3 +512,51 @@ def test_report_mean_is_the_common_one():
 
     assert analysis.mean is mean
     assert mean([1.0, None, 2.0]) == 1.5 and mean([None]) is None and mean([]) is None
+
+
+def _trl_run(path: Path, arm: str, mode: str, steps: int, carry: float, break_group: bool = False,
+             repeat_band: bool = False) -> Path:
+    """A `spectrum-rft train` (TRL) run directory: config.json + rollouts.jsonl (2 rows x 3 completions/step)."""
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps({"arm": arm, "prompt": "weak", "memory_mode": mode,
+                                                  "model": "smollm2"}))
+    lines = []
+    for step in range(steps):
+        for r in range(2):
+            row = f"grpo-s0-r{step * 2 + r:04d}"
+            for c in range(3):
+                fp = "band-0-0" if repeat_band and r == 0 else f"band-{step}-{r}"
+                if break_group and step == 1 and r == 0 and c == 2:
+                    fp = "other-band"
+                reward = 0.1 + 0.01 * step + 0.001 * c
+                lines.append({"step": step, "row_id": row, "scan": 5, "reward": reward, "score": reward,
+                              "band_fingerprint": fp, "carry_rate": carry * step / steps, "dormant_recall": None,
+                              "memory_gain": None, "gain_vs_memoryless": 0.0})
+    (path / "rollouts.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    return path
+
+
+def test_trl_run_directories(tmp_path, capsys):
+    """`spectrum-rft report` reads TRL run directories: the training step is the epoch axis, the config
+    gives prompt and memory mode, and integrity/freshness are checked on the logged band fingerprints."""
+    real = _trl_run(tmp_path / "weak-scaffold-s0", "weak-scaffold", "scaffold", 4, 0.8)
+    ctrl = _trl_run(tmp_path / "weak-scrambled-s0", "weak-scrambled", "scrambled", 4, 0.0)
+    assert main([str(real), str(ctrl), "--png", "", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["checks_ok"] is True
+    runs = {r["run"]: r for r in rep["runs"]}
+    assert set(runs) == {"weak-scaffold-s0", "weak-scrambled-s0"}
+    assert runs["weak-scaffold-s0"]["memory_mode"] == "scaffold" and runs["weak-scaffold-s0"]["prompt"] == "weak"
+    assert len(runs["weak-scaffold-s0"]["per_epoch"]) == 4 and runs["weak-scaffold-s0"]["rollouts"] == 24
+    assert rep["comparisons"], "the scrambled run is the control of the scaffold run"
+    broken = _trl_run(tmp_path / "broken", "weak-scaffold", "scaffold", 3, 0.5, break_group=True)
+    assert main([str(broken), "--png", "", "--fail-on-check"]) == 1
+    assert "group integrity (rollouts of a row share one band): FAIL" in capsys.readouterr().out
+    stale = _trl_run(tmp_path / "stale", "weak-scaffold", "scaffold", 3, 0.5, repeat_band=True)
+    assert main([str(stale), "--png", "", "--fail-on-check"]) == 1
+    assert "freshness (no band repeats across epochs): FAIL" in capsys.readouterr().out
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "config.json").write_text("{}")
+    (tmp_path / "bad" / "rollouts.jsonl").write_text('{"step": -1, "row_id": "r", "reward": 0.1}\n')
+    assert main([str(tmp_path / "bad"), "--png", ""]) == 2
+    assert "step must be a non-negative integer" in capsys.readouterr().err

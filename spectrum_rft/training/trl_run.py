@@ -175,7 +175,8 @@ def _setup(cfg: Common) -> tuple[Path, Path]:
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     model_dir, prov = resolve_model_dir(cfg.model, cfg.cache_dir)
-    write_json(out / "config.json", {**asdict(cfg), "memory_mode": cfg.mode, "model_dir": portable_path(model_dir),
+    write_json(out / "config.json", {**asdict(cfg), "prompt": ARMS[cfg.arm].prompt, "memory_mode": cfg.mode,
+                                     "model_dir": portable_path(model_dir),
                                      "model_provenance": prov})
     write_json(out / "code_revision.json", code_revision())
     return out, model_dir

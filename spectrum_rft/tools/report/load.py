@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from .validate import ReportError, Rollout, RowError, parse_row
+from .validate import ReportError, Rollout, RowError, parse_row, parse_trl_rollout
+
+TRL_RUN_FILES = ("rollouts.jsonl", "config.json")  # a `spectrum-rft train` run directory (TRL)
 
 
 @dataclass
@@ -35,9 +37,24 @@ def _jsonl_files(path: Path) -> list[Path]:
     return [path]
 
 
+def _trl_run_config(path: Path) -> dict | None:
+    """The ``config.json`` of a TRL run directory (its rollouts are then read as TRL rollouts), else None."""
+    if not (path.is_dir() and all((path / f).is_file() for f in TRL_RUN_FILES)):
+        return None
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ReportError(f"{path / 'config.json'}: unreadable run config ({e})") from None
+    if not isinstance(config, dict):
+        raise ReportError(f"{path / 'config.json'}: not a JSON object")
+    return config
+
+
 def load_jsonl(path: Path, run: str, input_index: int, out: Loaded) -> None:
     seq = len(out.rollouts)
-    for f in _jsonl_files(path):
+    trl = _trl_run_config(path)
+    files = [path / "rollouts.jsonl"] if trl is not None else _jsonl_files(path)
+    for f in files:
         try:
             fh = f.open("r", encoding="utf-8", errors="strict")
         except OSError as e:
@@ -54,7 +71,8 @@ def load_jsonl(path: Path, run: str, input_index: int, out: Loaded) -> None:
                         out.errors.append(f"{where}: not valid JSON ({str(e)[:60]})")
                         continue
                     try:
-                        r = parse_row(obj, where, run, input_index, seq)
+                        r = parse_trl_rollout(obj, where, run, input_index, seq, trl) if trl is not None \
+                            else parse_row(obj, where, run, input_index, seq)
                     except RowError as e:
                         out.errors.append(str(e))
                         continue

@@ -160,3 +160,31 @@ def parse_row(obj: Any, where: str, run: str = "run", input_index: int = 0, seq:
         fingerprint=_fingerprint(spectrum, metrics, where),
         prompt=prompt if isinstance(prompt, str) else None, memory_mode=mode if isinstance(mode, str) else None,
         errored=status.get("code") == STATUS_INTERNAL, model=model, **ids)
+
+
+def parse_trl_rollout(obj: Any, where: str, run: str, input_index: int, seq: int, config: dict) -> Rollout:
+    """One line of a TRL run's ``rollouts.jsonl`` (``spectrum-rft train``: one line per completion) ->
+    :class:`Rollout`. The training step is the epoch axis (every step draws fresh bands); the prompt
+    variant and memory mode come from the run's ``config.json``."""
+    if not isinstance(obj, dict):
+        raise RowError(where, f"expected a rollout object, got {type(obj).__name__}")
+    step, row_id, reward = obj.get("step"), obj.get("row_id"), obj.get("reward")
+    if not (isinstance(step, int) and not isinstance(step, bool) and 0 <= step < MAX_EPOCH):
+        raise RowError(where, f"step must be a non-negative integer, got {_show(step)}")
+    if not isinstance(row_id, str) or not row_id:
+        raise RowError(where, f"row_id must be a non-empty string, got {_show(row_id)}")
+    if not finite(reward):
+        raise RowError(where, f"reward must be a finite number, got {_show(reward)}")
+    values = {}
+    for m in OPTIONAL_METRICS:
+        v = obj.get(m)
+        if v is not None and not finite(v):
+            raise RowError(where, f"{m} must be a finite number or null, got {_show(v)}")
+        values[m] = None if v is None else float(v)
+    fp = obj.get("band_fingerprint")
+    prompt, mode = config.get("prompt"), config.get("memory_mode")
+    return Rollout(where=where, run=run, input_index=input_index, seq=seq, row_id=row_id, rollout_id=None,
+                   run_id=None, experiment_id=None, epoch=step, created_at=None, score=float(reward), values=values,
+                   fingerprint=fp if isinstance(fp, str) and fp else None,
+                   prompt=prompt if isinstance(prompt, str) else None,
+                   memory_mode=mode if isinstance(mode, str) else None, errored=False, model=config.get("model"))
