@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from spectrum_rft.training import gsm8k as gsm
+
+FIXTURE = Path(__file__).parent / "fixtures" / "gsm8k"  # a tiny GSM8K-format copy (see its README.md)
 
 
 @pytest.mark.parametrize("raw, want", [
@@ -56,16 +60,57 @@ def test_gold_answer_requires_a_number():
         gsm.gold_answer({"question": "q", "answer": "#### none"})
 
 
-def test_real_data_parses(tmp_path):
-    """Every gold answer of the shared GSM8K files parses (skipped when ../shared is absent)."""
-    d = gsm.default_data_dir()
-    if not (d / "test.jsonl").is_file():
-        pytest.skip("../shared/data/gsm8k not present")
-    for split in ("train", "test"):
-        items = gsm.load_items(d, split)
-        assert len(items) > 1000
-        assert all(gsm.gold_answer(it) is not None for it in items)
-        assert items[0]["id"] == f"gsm8k-{split}-0"
+@pytest.mark.parametrize("split, n", [("train", 16), ("test", 8)])
+def test_fixture_loads_and_parses(split, n):
+    """The fixture loads through --data DIR with GSM8K's ids, every gold answer parses, and every
+    ``<<expression=value>>`` calculator annotation is right."""
+    items = gsm.load_split(split, FIXTURE)
+    assert [it["id"] for it in items] == [f"gsm8k-{split}-{i}" for i in range(n)]
+    assert all(set(it) == {"id", "question", "answer"} for it in items)
+    assert all(gsm.gold_answer(it) is not None for it in items)
+    assert gsm.load_split(split, str(FIXTURE), limit=3) == items[:3]
+    for it in items:
+        for expr, value in re.findall(r"<<([0-9+\-*/(). ]+)=([^>]+)>>", it["answer"]):
+            assert abs(eval(expr, {"__builtins__": {}}) - float(value)) < 1e-9, (it["id"], expr, value)
+
+
+def test_default_source_is_hugging_face(monkeypatch):
+    """Without a data folder the items come from datasets.load_dataset("openai/gsm8k", "main", split=...)."""
+    import datasets
+
+    calls = []
+    rows = [{"question": "q0", "answer": "so\n#### 1,000"}, {"question": "q1", "answer": "#### 7"},
+            {"question": "q2", "answer": "#### 2.50"}]
+
+    def fake_load_dataset(*args, **kwargs):
+        calls.append((args, kwargs))
+        return list(rows)
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    items = gsm.load_split("test")
+    assert calls == [(("openai/gsm8k", "main"), {"split": "test"})]
+    assert [it["id"] for it in items] == ["gsm8k-test-0", "gsm8k-test-1", "gsm8k-test-2"]
+    assert [it["question"] for it in items] == ["q0", "q1", "q2"]
+    assert [gsm.gold_answer(it) for it in items] == ["1000", "7", "2.5"]
+    assert gsm.load_split("train", None, limit=2) == [
+        {"id": "gsm8k-train-0", "question": "q0", "answer": "so\n#### 1,000"},
+        {"id": "gsm8k-train-1", "question": "q1", "answer": "#### 7"}]
+    assert calls[-1] == (("openai/gsm8k", "main"), {"split": "train"})
+    assert gsm.source_name(None) == "hf:openai/gsm8k/main" and gsm.source_name(FIXTURE) == "local"
+
+
+def test_default_source_failure_names_data_flag(monkeypatch):
+    """No network (or any other failure of the Hugging Face load): a RuntimeError that says to use --data DIR."""
+    import datasets
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("offline")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(RuntimeError, match=r"--data DIR") as err:
+        gsm.load_split("train")
+    assert "openai/gsm8k" in str(err.value) and "offline" in str(err.value)
+    assert isinstance(err.value.__cause__, ConnectionError)
 
 
 def test_load_items_ids_and_limit(tmp_path):

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from spectrum_rft.training import gsm8k as spectrum_gsm8k
 from spectrum_rft.training import trainer as T
 from spectrum_rft.training import report as R
 
@@ -23,8 +22,8 @@ TINY = ["--steps", "2", "--group", "2", "--micro-batch", "4", "--eval-every", "2
 METRIC_FIELDS = {"step", "mean_reward", "loss", "grad_norm", "logprob_gap", "entropy", "tokens_per_s",
                  "step_seconds", "items", "n_tokens"}
 
-needs_gsm8k = pytest.mark.skipif(not (spectrum_gsm8k.default_data_dir() / "test.jsonl").is_file(),
-                                 reason="../shared/data/gsm8k not present")
+# A tiny GSM8K-format copy in the repository (its README.md says what it is): offline, never skipped.
+GSM8K_FIXTURE = Path(__file__).parent / "fixtures" / "gsm8k"
 
 
 def check_run_dir(run: Path, steps: int, eval_steps: list[int], n_eval: int, metric: str) -> list[dict]:
@@ -54,12 +53,14 @@ def check_run_dir(run: Path, steps: int, eval_steps: list[int], n_eval: int, met
     return metrics
 
 
-@needs_gsm8k
 def test_gsm8k_smoke_and_report(tmp_path, capsys):
     run = tmp_path / "g"
-    assert T.main(["--task", "gsm8k", "--out", str(run), "--prompts", "2", "--max-tokens", "16", "--eval-n", "2",
-                   *TINY]) == 0
+    assert T.main(["--task", "gsm8k", "--data", str(GSM8K_FIXTURE), "--out", str(run), "--prompts", "2",
+                   "--max-tokens", "16", "--eval-n", "2", *TINY]) == 0
     check_run_dir(run, 2, [0, 2], 2, "accuracy")
+    items = json.loads((run / "items.json").read_text())
+    assert items["data_source"] == "local" and items["n_train_items"] == 16
+    assert len(items["train_file_sha256"]) == 64 and len(items["train_items_sha256"]) == 64
     preds = [json.loads(x) for x in (run / "eval/step_0002.jsonl").read_text().splitlines()]
     assert {"gold", "pred", "correct", "completion"} <= set(preds[0])
     capsys.readouterr()
@@ -69,15 +70,14 @@ def test_gsm8k_smoke_and_report(tmp_path, capsys):
     assert (tmp_path / "rep" / "eval_score.png").is_file() and (tmp_path / "rep" / "stability.png").is_file()
 
 
-@needs_gsm8k
 def test_gradient_path_with_mismatch(tmp_path):
     """Non-zero advantages (scores forced, since a 135M model at 16 tokens solves nothing) through the
     top-k centred loss with a bf16 sampler: a real gradient, a real sampler/learner mismatch, a
     non-zero centring term, and LoRA weights that move."""
     from safetensors.torch import load_file
 
-    cfg = T.TrainConfig(task="gsm8k", out=str(tmp_path / "m"), steps=1, prompts=2, group=2, max_tokens=8,
-                        eval_n=1, eval_every=1, eval_max_tokens=4, micro_batch=4, loss="pg",
+    cfg = T.TrainConfig(task="gsm8k", data=str(GSM8K_FIXTURE), out=str(tmp_path / "m"), steps=1, prompts=2,
+                        group=2, max_tokens=8, eval_n=1, eval_every=1, eval_max_tokens=4, micro_batch=4, loss="pg",
                         score_centering=True, topk=8, sampler_dtype="bfloat16", progress=False, threads=1)
     tr = T.Trainer(cfg)
 

@@ -19,7 +19,7 @@ class TrainConfig:
     out: str = "runs/train"
     model: str = DEFAULT_MODEL  # "smollm2" or a local Hugging Face model directory
     cache_dir: str = "~/.cache/spectrum-rft"
-    data: str | None = None  # GSM8K folder with train.jsonl/test.jsonl (default: ../shared/data/gsm8k)
+    data: str | None = None  # local GSM8K folder with train.jsonl/test.jsonl (None: Hugging Face openai/gsm8k, main)
     steps: int = 100
     prompts: int = 32  # P: prompts (groups) per step
     group: int = 8  # G: completions per prompt

@@ -24,12 +24,9 @@ PROMPT_TEMPLATE = "chat template of the model, one user message: question.strip(
 PARSER_RULE = ("first number after the last '####', else the last \\boxed{}; strip commas, '$' and a trailing "
                "'.', integral floats as integers; exact string match to the normalised gold after '####'")
 
+HF_DATASET = ("openai/gsm8k", "main")  # the default source: datasets.load_dataset(*HF_DATASET, split=split)
+
 _NUMBER = re.compile(r"-?\$?\s*(?:\d[\d,]*(?:\.\d*)?|\.\d+)")
-
-
-def default_data_dir() -> Path:
-    """``shared/data/gsm8k`` beside the repository (the checkout's parent folder holds ``shared/``)."""
-    return Path(__file__).resolve().parents[3] / "shared" / "data" / "gsm8k"
 
 
 def normalize(text: Any) -> str | None:
@@ -102,7 +99,7 @@ def user_message(item: dict) -> str:
 
 
 def load_items(path: Path, split: str, limit: int | None = None) -> list[dict]:
-    """Items of ``{split}.jsonl`` with stable ids ``gsm8k-{split}-{line index}``."""
+    """Items of the local file ``{path}/{split}.jsonl`` with stable ids ``gsm8k-{split}-{line index}``."""
     f = Path(path) / f"{split}.jsonl"
     out = []
     with open(f, encoding="utf-8") as fh:
@@ -113,6 +110,43 @@ def load_items(path: Path, split: str, limit: int | None = None) -> list[dict]:
                 row = json.loads(line)
                 out.append({"id": f"gsm8k-{split}-{i}", "question": row["question"], "answer": row["answer"]})
     return out
+
+
+def load_hf_items(split: str, limit: int | None = None) -> list[dict]:
+    """Items of the Hugging Face dataset ``openai/gsm8k`` (config ``main``) with ids ``gsm8k-{split}-{row index}``.
+
+    Needs the network on first use (``datasets`` caches it); a failure raises a RuntimeError that names
+    ``--data DIR``, the way to train from a local copy instead."""
+    name, config = HF_DATASET
+    try:
+        import datasets  # noqa: PLC0415 - heavy, and only this source needs it
+
+        rows = datasets.load_dataset(name, config, split=split)
+    except Exception as e:  # noqa: BLE001 - any failure (no network, no package, hub error) gets the same advice
+        raise RuntimeError(
+            f"could not load GSM8K split {split!r} from Hugging Face ({name!r}, {config!r}): "
+            f"{type(e).__name__}: {e}. Give a local copy with --data DIR (a folder with train.jsonl and "
+            f"test.jsonl, one JSON object a line with 'question' and 'answer')."
+        ) from e
+    out = []
+    for i, row in enumerate(rows):
+        if limit is not None and len(out) >= limit:
+            break
+        out.append({"id": f"gsm8k-{split}-{i}", "question": row["question"], "answer": row["answer"]})
+    return out
+
+
+def load_split(split: str, data_dir: Path | str | None = None, limit: int | None = None) -> list[dict]:
+    """Items of one GSM8K split: ``{data_dir}/{split}.jsonl`` when ``data_dir`` is given, else the Hugging
+    Face dataset ``openai/gsm8k`` (``main``). The same shape and ids either way."""
+    if data_dir is not None:
+        return load_items(Path(data_dir).expanduser(), split, limit)
+    return load_hf_items(split, limit)
+
+
+def source_name(data_dir: Path | str | None) -> str:
+    """Where :func:`load_split` reads from, for the run record (``local`` or ``hf:openai/gsm8k/main``)."""
+    return "local" if data_dir is not None else "hf:" + "/".join(HF_DATASET)
 
 
 def item_sha256(item: dict) -> str:

@@ -60,10 +60,14 @@ def evaluator_identity(task, decoding: dict, chat_template: str | None) -> dict:
     return body
 
 
+def manifest_sha256(items: list[dict]) -> str:
+    """sha256 over the items' ``id<TAB>sha256`` lines, in order (a content hash of a list of items)."""
+    return hashlib.sha256("\n".join(f"{it['id']}\t{it['sha256']}" for it in items).encode()).hexdigest()
+
+
 def item_manifest(items: list[dict], extra: dict) -> dict:
     ids = [it["id"] for it in items]
-    agg = hashlib.sha256("\n".join(f"{it['id']}\t{it['sha256']}" for it in items).encode()).hexdigest()
-    return {"eval_items": items, "eval_ids": ids, "eval_manifest_sha256": agg, **extra}
+    return {"eval_items": items, "eval_ids": ids, "eval_manifest_sha256": manifest_sha256(items), **extra}
 
 
 def write_json(path: Path, obj: Any) -> None:

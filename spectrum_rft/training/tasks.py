@@ -16,6 +16,7 @@ import numpy as np
 
 from spectrum_rft.training import gsm8k as gsm
 from spectrum_rft.training.config import TrainConfig
+from spectrum_rft.training.provenance import manifest_sha256, sha256_file
 
 
 class Completion(Protocol):
@@ -43,11 +44,22 @@ class Gsm8kTask:
 
     def __init__(self, cfg: TrainConfig, tok):
         self.cfg, self.tok = cfg, tok
-        self.data_dir = Path(cfg.data).expanduser() if cfg.data else gsm.default_data_dir()
-        self.train = gsm.load_items(self.data_dir, "train")
-        self.test = gsm.load_items(self.data_dir, "test", limit=cfg.eval_n)
+        # --data DIR: a local copy (train.jsonl, test.jsonl); default (None): the Hugging Face dataset openai/gsm8k
+        self.data_dir = Path(cfg.data).expanduser() if cfg.data else None
+        self.train = gsm.load_split("train", self.data_dir)
+        self.test = gsm.load_split("test", self.data_dir, limit=cfg.eval_n)
         self.order = np.random.default_rng(cfg.seed).permutation(len(self.train))
         self._next = 0
+
+    def train_provenance(self) -> dict:
+        """The training data's record: its source, a content hash of the items (whatever the source) and,
+        from a local copy, the sha256 of ``train.jsonl``."""
+        out = {"data_source": gsm.source_name(self.data_dir),
+               "train_items_sha256": manifest_sha256([{"id": it["id"], "sha256": gsm.item_sha256(it)}
+                                                      for it in self.train])}
+        if self.data_dir is not None:
+            out["train_file_sha256"] = sha256_file(self.data_dir / "train.jsonl")
+        return out
 
     def prompt(self, item: dict) -> list[int]:
         return chat_ids(self.tok, [{"role": "user", "content": gsm.user_message(item)}])

@@ -344,8 +344,7 @@ class Trainer:
         write_json(self.out / "evaluator.json", evaluator)
         extra: dict[str, Any] = {"task": self.cfg.task}
         if isinstance(self.task, Gsm8kTask):
-            tr = self.task.data_dir / "train.jsonl"
-            extra["train_file_sha256"] = sha256_file(tr)
+            extra.update(self.task.train_provenance())  # source, items' content hash, train.jsonl sha256 if local
             extra["train_order_seed"] = self.cfg.seed
             extra["n_train_items"] = len(self.task.train)
         write_json(self.out / "items.json", item_manifest(self.task.eval_items(), extra))
@@ -417,7 +416,9 @@ class Trainer:
 
 _HELP = {
     "task": "gsm8k (the spectrum task trains on TRL: spectrum-rft train --help)", "out": "run directory", "model": "'smollm2' or a local HF model directory",
-    "cache_dir": "where the converted GGUF model is cached", "data": "GSM8K folder (default ../shared/data/gsm8k)",
+    "cache_dir": "where the converted GGUF model is cached",
+    "data": "a local GSM8K folder with train.jsonl and test.jsonl; None: the Hugging Face dataset "
+            "openai/gsm8k, config main (needs the network the first time)",
     "prompts": "P, groups per step", "group": "G, completions per prompt", "max_tokens": "sampling budget",
     "loss": "pg | tis | mis", "score_centering": "add the score-centring term",
     "topk": "top-k form over the sampler's head (0: full vocabulary)", "dtype": "learner dtype",

@@ -335,7 +335,8 @@ def run_train(cfg: GrpoConfig) -> dict:
 def train_main(argv: list[str] | None = None) -> int:
     try:
         cfg = load_config(GrpoConfig, list(sys.argv[1:] if argv is None else argv), "spectrum-rft train",
-                          "GRPO on the spectrum task with TRL's GRPOTrainer (the env's score is the reward).")
+                          "GRPO on the spectrum task with TRL's GRPOTrainer (the env's score is the reward). "
+                          "The GSM8K score-centring card: spectrum-rft train --task gsm8k --help.")
     except (ValueError, OSError, tomllib.TOMLDecodeError) as e:
         print(f"spectrum-rft train: {e}", file=sys.stderr)
         return 2
