@@ -1,0 +1,42 @@
+"""Copy the record of training runs (no weights) into the repository: results/<name>/<run>/.
+
+    python scripts/record_runs.py results/memory-evidence runs/evidence/sft1 runs/evidence/grpo/*
+
+Copies config.json, code_revision.json, summary.json, metrics.jsonl, rollouts.jsonl of each run directory
+(adapter/ and model/ stay out: hundreds of MB), refusing a record that names an absolute path outside the
+home folder's ``~`` form, so nothing machine-specific is committed.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+FILES = ("config.json", "code_revision.json", "summary.json", "metrics.jsonl", "rollouts.jsonl")
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    dest = Path(argv[0])
+    for run in map(Path, argv[1:]):
+        out = dest / run.name
+        out.mkdir(parents=True, exist_ok=True)
+        for name in FILES:
+            src = run / name
+            if not src.is_file():
+                continue
+            text = src.read_text()
+            for bad in (str(Path.home()), "/tmp/", "/work/"):
+                if bad in text:
+                    print(f"{src}: names a machine path ({bad}...); fix the record first", file=sys.stderr)
+                    return 1
+            shutil.copyfile(src, out / name)
+        print(f"{run} -> {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
