@@ -12,7 +12,7 @@
 # Knobs (environment): SEEDS, STEPS, PROMPTS, GROUP, MAXLEN, LR, LORA_LAYERS, EVAL_ROWS, SFT_MODEL (skip SFT).
 set -euo pipefail
 OUT=${1:-runs/evidence}
-SEEDS=${SEEDS:-"0 1"}; STEPS=${STEPS:-14}; PROMPTS=${PROMPTS:-1}; GROUP=${GROUP:-6}; MAXLEN=${MAXLEN:-128}
+SEEDS=${SEEDS:-"0 1"}; STEPS=${STEPS:-20}; PROMPTS=${PROMPTS:-1}; GROUP=${GROUP:-6}; MAXLEN=${MAXLEN:-128}
 LR=${LR:-3e-4}; LORA_LAYERS=${LORA_LAYERS:-8}; EVAL_ROWS=${EVAL_ROWS:-2}
 mkdir -p "$OUT"
 if [[ -z "${SFT_MODEL:-}" ]]; then
