@@ -34,10 +34,17 @@ row. Hence:
   env's score, with memory_gain, dormant_recall, carry_rate and scans_skipped logged per step
   (``log_metric``) and each rollout's row id and band fingerprint logged per completion (``log_extra``).
 
-Checked once in trl 1.16.0 (not in CI: trl is not yet a dependency): a ``GRPOTrainer(environment_factory=
-tool_env_class("scaffold"))`` step on SmolLM2-135M offers exactly ``submit_report`` and candidates of a row
-share the band. SmolLM2's own chat template cannot render tool calls (trl refuses it); trl's public
-``trl.chat_template_utils.qwen2_5_chat_template`` (chatml, the tokens SmolLM2 shares) can.
+* **Scan episodes.** A row with ``scan`` = k > 0 (memory modes none, scaffold, scrambled) is one scan of
+  the episode: ``reset`` plays scans 1..k-1 with the memoryless policy (:func:`play_prefix`) and returns
+  scan k; the call that closes it ends the rollout (later calls are refused without touching the env) and
+  the reward is scan k's score. TRL keeps the whole conversation in context, so this is how the ICL-off
+  modes train without the history they are meant to hide (:mod:`.trl_data`). The memoryless policy's
+  score on the same scan (a deep copy of the env plays it) is the reference of ``gain_vs_memoryless``.
+
+trl is pinned (1.16.0, the ``train`` extra); ``tests/test_trl_train.py`` runs this adapter inside the real
+``GRPOTrainer``. SmolLM2's own chat template cannot render tool calls (trl refuses it); trl's public
+``trl.chat_template_utils.qwen2_5_chat_template`` (chatml, the tokens SmolLM2 shares) can
+(:mod:`.chat_template`).
 """
 
 from __future__ import annotations
@@ -291,8 +298,6 @@ def spectrum_reward(environments: list[SpectrumToolEnv], log_metric: Callable | 
     ms = [env.metrics() for env in environments]
     if any(m.get("scan") for m in ms):
         early, late = mean([m.get("early_mean") for m in ms]), mean([m.get("late_mean") for m in ms])
-        for m in ms:
-            m["memory_gain"] = None
         gain = (late - early) if early is not None and late is not None else None
     else:
         gain = mean([m.get("memory_gain") for m in ms])
