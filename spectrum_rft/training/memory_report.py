@@ -4,7 +4,8 @@ Reads ``spectrum-rft train`` (TRL) run directories: ``config.json`` (arm, memory
 ``rollouts.jsonl`` (one line per completion, the env's own numbers). Per run and step: the score (the
 reward), the late-half score (rollouts of scans in the episode's second half), ``gain_vs_memoryless``
 (score minus the memoryless policy's on the same scan), ``carry_rate`` (share of the previous report's
-regions kept), the valid-report rate; from TRL's ``metrics.jsonl``: the share of groups with zero reward
+regions kept), the valid-report rate and ``gain_valid`` (the gain over memoryless among valid reports
+only: memory use with the format failures taken out); from TRL's ``metrics.jsonl``: the share of groups with zero reward
 variance (no learning signal) and the tool-call frequency. Each run's change is its last third of steps
 minus its first third.
 
@@ -25,7 +26,7 @@ from pathlib import Path
 
 from spectrum_rft.common.stats import mean
 
-CURVES = ("score", "late_score", "gain_vs_memoryless", "carry_rate", "valid")
+CURVES = ("score", "late_score", "gain_vs_memoryless", "gain_valid", "carry_rate", "valid")
 VERDICT_METRICS = ("carry_rate", "gain_vs_memoryless")
 
 
@@ -57,6 +58,7 @@ def load_run(path: Path) -> TrlRun:
         curves["score"].append(mean(r["reward"] for r in rs))
         curves["late_score"].append(mean(r["reward"] for r in rs if r.get("late_mean") is not None))
         curves["gain_vs_memoryless"].append(mean(r.get("gain_vs_memoryless") for r in rs))
+        curves["gain_valid"].append(mean(r.get("gain_vs_memoryless") for r in rs if not r.get("scans_skipped")))
         curves["carry_rate"].append(mean(r.get("carry_rate") for r in rs))
         curves["valid"].append(mean(1.0 - float(r.get("scans_skipped") or 0) for r in rs))
     logged = {}
@@ -114,13 +116,15 @@ def plot(runs: list[TrlRun], path: Path) -> Path:
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
     panels = [("score", "score (env reward)"), ("gain_vs_memoryless", "score - memoryless, same scan"),
+              ("gain_valid", "score - memoryless, valid reports only"),
               ("carry_rate", "carry_rate (previous report kept)"), ("valid", "valid reports"),
-              ("late_score", "late-half score"), ("zero_std", "groups with zero reward variance")]
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8))
+              ("late_score", "late-half score"), ("zero_std", "groups with zero reward variance"),
+              ("call_freq", "tool calls per completion")]
+    fig, axes = plt.subplots(2, 4, figsize=(19, 8))
     colours = {"scaffold": "tab:blue", "scrambled": "tab:red"}
     for ax, (key, title) in zip(axes.flat, panels):
         for r in runs:
-            ys = r.zero_std if key == "zero_std" else r.curves[key]
+            ys = r.zero_std if key == "zero_std" else r.call_freq if key == "call_freq" else r.curves[key]
             pts = [(s, y) for s, y in zip(r.steps, ys) if y is not None]
             if not pts:
                 continue
@@ -128,7 +132,7 @@ def plot(runs: list[TrlRun], path: Path) -> Path:
             k = 3  # a 3-step running mean over the noisy per-step values
             sm = [sum(vs[max(0, i - k + 1):i + 1]) / len(vs[max(0, i - k + 1):i + 1]) for i in range(len(vs))]
             ax.plot(xs, sm, color=colours.get(r.memory_mode, "tab:gray"),
-                    linestyle="-" if r.seed % 2 == 0 else "--", label=f"{r.arm} s{r.seed}")
+                    linestyle="-" if r.seed % 2 == 0 else "--", marker="o", markersize=3, label=f"{r.arm} s{r.seed}")
         ax.set_title(title)
         ax.set_xlabel("GRPO step")
         ax.grid(alpha=0.3)
@@ -187,12 +191,17 @@ def main(argv: list[str] | None = None) -> int:
     if a.json:
         print(json.dumps(result, indent=2))
         return 0
-    print(f"memory-report: {len(runs)} run(s); per run, first third -> last third of steps (change)\n")
-    print(f"{'arm':<16}{'seed':>5}{'steps':>6}  " + "  ".join(f"{k:>26}" for k in CURVES) + f"  {'zero-var':>8}")
+    print(f"memory-report: {len(runs)} run(s); per run: first third -> last third of its steps (change)")
+    for k in CURVES:
+        print(f"\n{k}:")
+        for e in result["runs"]:
+            c = e[k]
+            print(f"  {e['arm']:<16} s{e['seed']:<3} {fmt(c['first_third']):>7} -> {fmt(c['last_third']):>7}  "
+                  f"({fmt(c['change'])})")
+    print("\nlearning signal (means over steps): groups with zero reward variance, tool calls per completion")
     for e in result["runs"]:
-        cells = "  ".join(f"{fmt(e[k]['first_third']):>7} -> {fmt(e[k]['last_third']):>7} ({fmt(e[k]['change'])})"[:26].rjust(26)
-                          for k in CURVES)
-        print(f"{e['arm']:<16}{e['seed']:>5}{e['steps']:>6}  {cells}  {fmt(e['zero_std_mean'], 2):>8}")
+        print(f"  {e['arm']:<16} s{e['seed']:<3} {e['steps']:>3} steps  zero-variance {fmt(e['zero_std_mean'], 2)}"
+              f"  calls {fmt(e['call_freq_mean'], 2)}")
     v = result["verdict"]
     print(f"\nverdict: {v['verdict'].upper()}")
     for metric, m in v.get("metrics", {}).items():
