@@ -175,6 +175,8 @@ def _setup(cfg: Common) -> tuple[Path, Path]:
         torch.set_num_threads(cfg.threads)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
+    for name in ("metrics.jsonl", "rollouts.jsonl", "summary.json"):  # a rerun into OUT starts a new record
+        (out / name).unlink(missing_ok=True)
     model_dir, prov = resolve_model_dir(cfg.model, cfg.cache_dir)
     write_json(out / "config.json", {**asdict(cfg), "prompt": ARMS[cfg.arm].prompt, "memory_mode": cfg.mode,
                                      "model_dir": portable_path(model_dir),
@@ -216,8 +218,12 @@ def _log_callback(path: Path):
 
 
 def _save(trainer, tok, out: Path) -> None:
-    """``out/adapter`` (the LoRA weights) and ``out/model`` (merged, with the tool-template tokenizer)."""
-    model = trainer.model
+    """``out/adapter`` (the LoRA weights) and ``out/model`` (merged, with the tool-template tokenizer); on
+    several processes (``accelerate launch``) the main one writes them."""
+    trainer.accelerator.wait_for_everyone()
+    if not trainer.accelerator.is_main_process:
+        return
+    model = trainer.accelerator.unwrap_model(trainer.model)
     model.save_pretrained(out / "adapter")
     merged = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
     merged.save_pretrained(out / "model")
@@ -308,7 +314,10 @@ def run_train(cfg: GrpoConfig) -> dict:
     from trl import GRPOConfig, GRPOTrainer  # noqa: PLC0415
 
     episode = episode_for(cfg.mode, cfg.episode or None)
-    rows = grpo_rows(cfg.steps * cfg.prompts, prompt=ARMS[cfg.arm].prompt, memory_mode=cfg.mode, preset=cfg.preset,
+    from accelerate import PartialState  # noqa: PLC0415
+
+    # every step consumes prompts x processes rows: enough fresh bands that no row is ever replayed
+    rows = grpo_rows(cfg.steps * cfg.prompts * PartialState().num_processes, prompt=ARMS[cfg.arm].prompt, memory_mode=cfg.mode, preset=cfg.preset,
                      reward=cfg.reward, salt=cfg.salt, prefix=f"grpo-s{cfg.seed}", episode=episode)
     calls = EnvConfig().max_calls_per_scan * (1 if episode == "scan" else get_preset(cfg.preset).n_scans)
     tok = _tokenizer(model_dir)
