@@ -52,3 +52,11 @@ def test_one_arm_only_is_inconclusive(tmp_path, capsys):
     assert M.main([str(r), "--png", "", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["verdict"]["verdict"] == "inconclusive"
     assert M.main([str(tmp_path / "missing")]) == 2
+
+
+def test_one_seed_per_arm_is_inconclusive_however_large_the_difference(tmp_path, capsys):
+    real = run_dir(tmp_path / "a", "scaffold", 0, ramp(0.1, 0.9), ramp(0.0, 0.3))
+    ctrl = run_dir(tmp_path / "b", "scrambled", 0, ramp(0.1, 0.1), ramp(0.0, 0.0))
+    assert M.main([str(real), str(ctrl), "--png", "", "--json"]) == 0
+    v = json.loads(capsys.readouterr().out)["verdict"]
+    assert v["verdict"] == "inconclusive" and "needs >= 2 seeds" in v["metrics"]["carry_rate"]["why"]

@@ -11,7 +11,7 @@ minus its first third.
 
 Verdict (per metric, carry_rate and gain_vs_memoryless): **learned** when every real-arm seed's change
 exceeds every control seed's change by more than the seed-to-seed spread (the larger within-arm range of
-changes) and the real arm ends with a positive gain over memoryless; **not learned** when the real arm's
+changes) and the real arm ends with a positive gain over memoryless; at least 2 seeds per arm; **not learned** when the real arm's
 changes lie within the control's range or below it; **inconclusive** otherwise. Held-out evaluations
 (``--heldout NAME=SUMMARY.json``, from ``spectrum-rft eval --json``) are tabulated beside it.
 """
@@ -89,8 +89,9 @@ def verdict(real: list[TrlRun], control: list[TrlRun]) -> dict:
     for metric in VERDICT_METRICS:
         rc = [c for c in (change(r, metric) for r in real) if c is not None]
         cc = [c for c in (change(r, metric) for r in control) if c is not None]
-        if not rc or not cc:
-            out["metrics"][metric] = {"verdict": "inconclusive", "why": "no values"}
+        if len(rc) < 2 or len(cc) < 2:
+            out["metrics"][metric] = {"verdict": "inconclusive", "real_changes": rc, "control_changes": cc,
+                                      "why": f"needs >= 2 seeds per arm with values (real {len(rc)}, control {len(cc)})"}
             continue
         spread = max(max(rc) - min(rc), max(cc) - min(cc))
         margin = min(rc) - max(cc)
