@@ -30,6 +30,9 @@ for seed in $SEEDS; do
   for p in "${pids[@]}"; do wait "$p"; done
 done
 spectrum-rft report "$OUT"/grpo/weak-scaffold-s* "$OUT"/grpo/weak-scrambled-s* --png "$OUT/report.png" | tee "$OUT/report.txt"
+# the scripted baselines on the held-out rows (instant): the scale for the checkpoints' scores
+spectrum-rft eval --model memoryless --model accumulate --model oracle --prompt weak --memory-mode scaffold \
+  --rows "$EVAL_ROWS" --salt heldout --no-progress --json --out "$OUT/heldout/baselines" > "$OUT/heldout-baselines.json"
 for model in "$SFT_MODEL" "$OUT"/grpo/*/model; do
   name=$(basename "$(dirname "$model")")
   port=$((8100 + RANDOM % 800))
@@ -41,3 +44,5 @@ for model in "$SFT_MODEL" "$OUT"/grpo/*/model; do
     --no-progress --json --out "$OUT/heldout/$name" > "$OUT/heldout-$name.json" || true
   kill "$server"; wait "$server" 2>/dev/null || true
 done
+held=(); for f in "$OUT"/heldout-*.json; do held+=(--heldout "$(basename "$f" .json | sed 's/^heldout-//')=$f"); done
+spectrum-rft memory-report "$OUT"/grpo/* "${held[@]}" --png "$OUT/memory_curves.png" | tee "$OUT/memory_report.txt"

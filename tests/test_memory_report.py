@@ -60,3 +60,16 @@ def test_one_seed_per_arm_is_inconclusive_however_large_the_difference(tmp_path,
     assert M.main([str(real), str(ctrl), "--png", "", "--json"]) == 0
     v = json.loads(capsys.readouterr().out)["verdict"]
     assert v["verdict"] == "inconclusive" and "needs >= 2 seeds" in v["metrics"]["carry_rate"]["why"]
+
+
+def test_heldout_table_names_each_model(tmp_path):
+    one = tmp_path / "one.json"
+    one.write_text(json.dumps({"rows": 2, "models": {"openai/spectrum-hf": {"score": 0.14, "scans_skipped_total": 1,
+                                                                          "scans_total": 24}}}))
+    two = tmp_path / "two.json"
+    two.write_text(json.dumps({"rows": 2, "models": {"spectrum/memoryless": {"score": 0.15},
+                                                     "spectrum/accumulate": {"score": 0.53}}}))
+    rows = M.heldout_table([f"sft={one}", f"base={two}"])
+    assert [(r["name"], r["score"], r["rows"]) for r in rows] == [
+        ("sft", 0.14, 2), ("base:memoryless", 0.15, 2), ("base:accumulate", 0.53, 2)]
+    assert rows[0]["scans_skipped_total"] == 1

@@ -151,9 +151,12 @@ def heldout_table(specs: list[str]) -> list[dict]:
     for spec in specs:
         name, _, file = spec.partition("=")
         summary = json.loads(Path(file).read_text())
-        for label, m in summary.get("models", {}).items():
-            rows.append({"name": name, "model": label, **{k: m.get(k) for k in (
-                "score", "memory_gain", "dormant_recall", "scans_skipped", "rows", "rows_errored")}})
+        models = summary.get("models", {})
+        for label, m in models.items():
+            rows.append({"name": name if len(models) == 1 else f"{name}:{label.split('/')[-1]}", "model": label,
+                         "rows": summary.get("rows"),
+                         **{k: m.get(k) for k in ("score", "memory_gain", "dormant_recall", "scans_skipped",
+                                                  "scans_skipped_total", "scans_total", "rows_errored")}})
     return rows
 
 
@@ -209,10 +212,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {metric}: {m['verdict']} ({m['why']})")
     if held:
         print("\nheld-out evaluation (spectrum-rft eval, whole episodes):")
-        print(f"{'checkpoint':<28}{'rows':>5}{'score':>8}{'mem_gain':>10}{'dormant':>9}{'skipped/row':>12}")
+        print(f"{'checkpoint':<28}{'rows':>5}{'score':>8}{'mem_gain':>10}{'dormant':>9}{'skipped':>10}")
         for h in held:
+            skipped = f"{h['scans_skipped_total']}/{h['scans_total']}" if h.get("scans_total") else "-"
             print(f"{h['name']:<28}{h['rows'] or 0:>5}{fmt(h['score']):>8}{fmt(h['memory_gain']):>10}"
-                  f"{fmt(h['dormant_recall']):>9}{fmt(h['scans_skipped'], 1):>12}")
+                  f"{fmt(h['dormant_recall']):>9}{skipped:>10}")
     if result["png"]:
         print(f"\ncurves: {result['png']}")
     return 0
