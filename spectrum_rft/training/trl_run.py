@@ -271,12 +271,19 @@ def run_sft(cfg: SftConfig) -> dict:
     return summary
 
 
-def sft_main(argv: list[str] | None = None) -> int:
+def parse_or_say(cls: type, argv: list[str] | None, prog: str, description: str) -> Any:
+    """The command's config, or None after printing the one-line reason it is unusable."""
     try:
-        cfg = load_config(SftConfig, list(sys.argv[1:] if argv is None else argv), "spectrum-rft sft",
-                          "Warm start with TRL's SFTTrainer on memoryless trajectories (the GRPO chat/tool format).")
+        return load_config(cls, list(sys.argv[1:] if argv is None else argv), prog, description)
     except (ValueError, OSError, tomllib.TOMLDecodeError) as e:
-        print(f"spectrum-rft sft: {e}", file=sys.stderr)
+        print(f"{prog}: {e}", file=sys.stderr)
+        return None
+
+
+def sft_main(argv: list[str] | None = None) -> int:
+    cfg = parse_or_say(SftConfig, argv, "spectrum-rft sft",
+                       "Warm start with TRL's SFTTrainer on memoryless trajectories (the GRPO chat/tool format).")
+    if cfg is None:
         return 2
     s = run_sft(cfg)
     print(f"sft: {s['rows']} conversations (memoryless policy score {s['policy_score']:.3f}), {s['steps']} steps, "
@@ -342,12 +349,10 @@ def run_train(cfg: GrpoConfig) -> dict:
 
 
 def train_main(argv: list[str] | None = None) -> int:
-    try:
-        cfg = load_config(GrpoConfig, list(sys.argv[1:] if argv is None else argv), "spectrum-rft train",
-                          "GRPO on the spectrum task with TRL's GRPOTrainer (the env's score is the reward). "
-                          "The GSM8K score-centring card: spectrum-rft train --task gsm8k --help.")
-    except (ValueError, OSError, tomllib.TOMLDecodeError) as e:
-        print(f"spectrum-rft train: {e}", file=sys.stderr)
+    cfg = parse_or_say(GrpoConfig, argv, "spectrum-rft train",
+                       "GRPO on the spectrum task with TRL's GRPOTrainer (the env's score is the reward). "
+                       "The GSM8K score-centring card: spectrum-rft train --task gsm8k --help.")
+    if cfg is None:
         return 2
     s = run_train(cfg)
     print(f"train: {s['steps']} GRPO steps on {s['rows']} rows ({s['episode']} episodes), {s['train_s']} s -> "
