@@ -98,8 +98,10 @@ class HfChatModel:
         max_new = min(max_new, self.max_len - n_prompt)
         kwargs: dict[str, Any] = {"max_new_tokens": max_new, "pad_token_id": self.tok.pad_token_id or self.tok.eos_token_id,
                                   "eos_token_id": self.tok.eos_token_id}
-        kwargs.update(do_sample=True, temperature=float(temperature), top_k=0, top_p=1.0) if temperature > 0 \
-            else kwargs.update(do_sample=False)
+        if temperature > 0:
+            kwargs.update(do_sample=True, temperature=float(temperature), top_k=0, top_p=1.0)
+        else:
+            kwargs.update(do_sample=False)
         with self.lock, torch.no_grad():
             out = self.model.generate(**enc, **kwargs)
         new = out[0, n_prompt:].tolist()
