@@ -3,14 +3,15 @@
     python scripts/record_runs.py results/memory-evidence runs/evidence/sft1 runs/evidence/grpo/*
 
 Copies config.json, code_revision.json, summary.json, metrics.jsonl, rollouts.jsonl of each run directory
-(adapter/ and model/ stay out: hundreds of MB), refusing a record that names an absolute path outside the
-home folder's ``~`` form, so nothing machine-specific is committed.
+(adapter/ and model/ stay out: hundreds of MB), refusing a record that names the home folder, the temp folder
+or the folder holding the checkout, so nothing machine-specific is committed.
 """
 
 from __future__ import annotations
 
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 FILES = ("config.json", "code_revision.json", "summary.json", "metrics.jsonl", "rollouts.jsonl")
@@ -29,7 +30,8 @@ def main(argv: list[str]) -> int:
             if not src.is_file():
                 continue
             text = src.read_text()
-            for bad in (str(Path.home()), "/tmp/", "/work/"):
+            # the home folder, the temp folder and the folder holding this checkout: machine-specific
+            for bad in (str(Path.home()), tempfile.gettempdir(), str(Path.cwd().resolve().parent)):
                 if bad in text:
                     print(f"{src}: names a machine path ({bad}...); fix the record first", file=sys.stderr)
                     return 1
