@@ -422,6 +422,13 @@ def _procs_with(text: str) -> list[int]:
     return out
 
 
+def _ctrl_c_default() -> None:
+    """In the child before exec: SIGINT back to its default. A test run started in the background of a
+    non-interactive shell inherits SIGINT *ignored*, and Python then installs no KeyboardInterrupt handler:
+    the eval would (rightly) ignore the Ctrl-C this test sends, as a background job ignores the terminal's."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_keeps_the_finished_row_and_exits_130(offline_env, tmp_path):
     """SIGINT (Ctrl-C) once the first row is scored and the second hangs: one line saying where the rows
     are, no traceback, exit 130; rows.jsonl and summary.json hold the finished row; no child left."""
@@ -434,7 +441,7 @@ def test_ctrl_c_keeps_the_finished_row_and_exits_130(offline_env, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "spectrum_rft", "eval", "--model", "openai/x", "--api-base",
                              server.base_url, "--rows", "2", "--concurrency", "1", "--out", str(out),
                              "--no-progress"], cwd=se.ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+                            text=True, start_new_session=True, preexec_fn=_ctrl_c_default)
     try:
         _wait(lambda: proc.poll() is not None or (model.hanging.is_set() and _scored_rows_streamed(tmp_root) >= 1),
               300, "the first row to be scored")
