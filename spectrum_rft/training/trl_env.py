@@ -85,7 +85,8 @@ def scan_metrics(env: SpectrumEnv, scan: int, reference: float | None = None) ->
     the episode (the batch's memory_gain is late minus early over rollouts: :func:`spectrum_reward`);
     ``gain_vs_memoryless`` is the score minus ``reference``, the memoryless policy's score on the same scan."""
     m = env.metrics()  # unplayed scans count as skipped empty reports
-    rec = env.scan_records()[scan - 1] if len(env.scan_records()) >= scan else None
+    records = env.scan_records()
+    rec = records[scan - 1] if len(records) >= scan else None
     reward = m["per_scan_reward"][scan - 1]
     half = env.n_scans // 2  # the halves of spectrum_rft.task.reward.halves
     out = {k: m[k] for k in ("band_fingerprint", "faults", "seed", "salt", "preset", "memory_mode", "reward_name",
@@ -290,12 +291,15 @@ def tool_names(env: Any) -> set[str]:
 
 
 def spectrum_reward(environments: list[SpectrumToolEnv], log_metric: Callable | None = None,
-                    log_extra: Callable | None = None, **_: Any) -> list[float]:
+                    log_extra: Callable | None = None, on_metrics: Callable | None = None, **_: Any) -> list[float]:
     """TRL reward function: each rollout's env score. Logs the batch means of :data:`LOGGED_METRICS`
     (metrics that are None for an episode, e.g. carry_rate with no earlier report, are left out of the
     mean; for scan episodes memory_gain is the batch's late-half mean minus its early-half mean) and, per
-    completion, the row id, scan, band fingerprint and those metrics."""
+    completion, the row id, scan, band fingerprint and those metrics. ``on_metrics`` gets the rollouts'
+    metrics (computed once here) for a record of its own."""
     ms = [env.metrics() for env in environments]
+    if on_metrics is not None:
+        on_metrics(ms)
     if any(m.get("scan") for m in ms):
         early, late = mean([m.get("early_mean") for m in ms]), mean([m.get("late_mean") for m in ms])
         gain = (late - early) if early is not None and late is not None else None

@@ -301,16 +301,17 @@ def make_reward(path: Path):
     completion (the run's record of what each candidate scored, on which band)."""
 
     def spectrum(environments, trainer_state=None, log_metric=None, log_extra=None, **_: Any) -> list[float]:
-        rewards = spectrum_reward(environments, log_metric=log_metric, log_extra=log_extra)
         step = trainer_state.global_step if trainer_state is not None else None
-        for env, r in zip(environments, rewards):
-            m = env.metrics()
-            append_jsonl(path, {"step": step, "row_id": m["row_id"], "scan": m["scan"], "reward": r,
-                                **{k: m.get(k) for k in ("band_fingerprint", "score", "late_mean", "early_mean",
-                                                         "carry_rate", "dormant_recall", "scans_skipped",
-                                                         "memoryless_reward", "gain_vs_memoryless", "report_size",
-                                                         "faults")}})
-        return rewards
+
+        def record(ms: list[dict]) -> None:
+            for m in ms:
+                append_jsonl(path, {"step": step, "row_id": m["row_id"], "scan": m["scan"], "reward": float(m["score"]),
+                                    **{k: m.get(k) for k in ("band_fingerprint", "score", "late_mean", "early_mean",
+                                                             "carry_rate", "dormant_recall", "scans_skipped",
+                                                             "memoryless_reward", "gain_vs_memoryless",
+                                                             "report_size", "faults")}})
+
+        return spectrum_reward(environments, log_metric=log_metric, log_extra=log_extra, on_metrics=record)
 
     return spectrum
 
