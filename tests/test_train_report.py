@@ -26,8 +26,8 @@ def make_run(root: Path, name: str, arm: str, seed: int, scores: list[float], ev
         evals.append({"step": step, "metric": "accuracy", "score": s, "evaluator_id": evaluator,
                       "predictions": f"eval/step_{step:04d}.jsonl"})
         if step:
-            metrics.append({"step": step, "mean_reward": s, "loss": 0.1, "grad_norm": 0.02, "logprob_gap": 0.01,
-                            "entropy": 1.0, "centring_l1": 0.05, "tokens_per_s": 10.0, "step_seconds": 1.5})
+            metrics.append({"step": step, "reward": s, "loss": 0.1, "grad_norm": 0.02, "logprob_gap": 0.01,
+                            "entropy": 1.0, "centring_l1": 0.05, "step_time": 1.5})
     (d / "eval.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evals))
     (d / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
     return d

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from spectrum_rft.training import trl_run as R
+from spectrum_rft.training.train_cli import train_command
+from spectrum_rft.training.trl_common import load_config
 
 SMALL = ["--threads", "2", "--lora-rank", "8"]
 
@@ -84,19 +86,20 @@ def test_grpo_step_rewards_are_the_env_scores(sft_run, tmp_path):
 def test_config_file_and_flags(tmp_path):
     cfg_file = tmp_path / "run.toml"
     cfg_file.write_text('arm = "weak-scrambled"\nsteps = 7\ngroup = 4\n')
-    cfg = R.load_config(R.GrpoConfig, ["--config", str(cfg_file), "--steps", "9"], "t", "t")
+    cfg = load_config(R.GrpoConfig, ["--config", str(cfg_file), "--steps", "9"], "t", "t")
     assert (cfg.arm, cfg.mode, cfg.steps, cfg.group) == ("weak-scrambled", "scrambled", 9, 4)
     cfg_file.write_text('stepz = 7\n')
     with pytest.raises(ValueError, match="unknown keys stepz"):
-        R.load_config(R.GrpoConfig, ["--config", str(cfg_file)], "t", "t")
+        load_config(R.GrpoConfig, ["--config", str(cfg_file)], "t", "t")
     with pytest.raises(ValueError, match="group must be >= 2"):
-        R.load_config(R.GrpoConfig, ["--group", "1"], "t", "t")
+        load_config(R.GrpoConfig, ["--group", "1"], "t", "t")
     with pytest.raises(ValueError, match="leak"):  # ICL-off memory + whole conversations in context
-        R.load_config(R.GrpoConfig, ["--episode", "full"], "t", "t")
+        load_config(R.GrpoConfig, ["--episode", "full"], "t", "t")
     with pytest.raises(ValueError, match="one scan at a time"):
-        R.load_config(R.GrpoConfig, ["--arm", "icl", "--episode", "scan"], "t", "t")
-    assert R.load_config(R.GrpoConfig, ["--arm", "icl"], "t", "t").mode == "icl"
-    assert R.train_command(["--task", "chess"]) == 2
+        load_config(R.GrpoConfig, ["--arm", "icl", "--episode", "scan"], "t", "t")
+    assert load_config(R.GrpoConfig, ["--arm", "icl"], "t", "t").mode == "icl"
+    assert train_command(["--task", "chess"]) == 2
+    assert train_command(["--task", "spectrum", "--steps", "0"]) == 2  # the spectrum trainer's own check
     assert R.sft_main(["--rows", "0"]) == 2
 
 

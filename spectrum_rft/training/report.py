@@ -1,4 +1,4 @@
-"""``spectrum-rft train-report RUN_DIR...``: compare training runs of ``spectrum-rft train``.
+"""``spectrum-rft train-report RUN_DIR...``: compare GSM8K card runs of ``spectrum-rft train --preset card``.
 
 Per arm and seed: peak, final and peak-minus-final accuracy (in points: score x 100), then the mean over
 seeds per arm; the experiment card's verdict for each baseline/treatment pair (treatment = the baseline
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import mean
 
-SIGNALS = ("mean_reward", "loss", "grad_norm", "logprob_gap", "entropy", "centring_l1", "tokens_per_s")
+SIGNALS = ("reward", "loss", "grad_norm", "logprob_gap", "entropy", "centring_l1", "step_time")  # TRL log keys
 VALIDATE_MAX_DROP = 2.0
 MIN_DROP_GAP = 3.0
 MAX_FINAL_DEFICIT = 1.5
@@ -70,7 +70,7 @@ def load_run(path: str | Path) -> Run:
         raise FileNotFoundError(f"{p}: not a run directory (no config.json)")
     config = json.loads((p / "config.json").read_text())
     evals = sorted(_jsonl(p / "eval.jsonl"), key=lambda e: e["step"])
-    metrics = _jsonl(p / "metrics.jsonl")
+    metrics = [m for m in _jsonl(p / "metrics.jsonl") if "reward" in m]  # TRL's per-step lines (not its summary)
     evaluator = json.loads((p / "evaluator.json").read_text()) if (p / "evaluator.json").is_file() else {}
     items = json.loads((p / "items.json").read_text()) if (p / "items.json").is_file() else {}
     run = Run(p, str(config.get("arm", "?")), int(config.get("seed", 0)), config, evals, metrics,
@@ -88,12 +88,17 @@ def load_run(path: str | Path) -> Run:
     return run
 
 
+def _mean_or_none(values: list) -> float | None:
+    got = [float(v) for v in values if v is not None]
+    return mean(got) if got else None
+
+
 def summarise(runs: list[Run]) -> dict:
     """Per-run and per-arm numbers (points), plus the pairing of baseline and treatment arms."""
     per_run = [{"run": str(r.path), "arm": r.arm, "seed": r.seed, "peak": r.peak, "final": r.final,
                 "drop": r.drop, "peak_step": max(r.scores, key=lambda x: x[1])[0], "final_step": r.scores[-1][0],
                 "steps_logged": len(r.metrics),
-                "mean_step_seconds": mean(m["step_seconds"] for m in r.metrics) if r.metrics else None,
+                "mean_step_seconds": _mean_or_none([m.get("step_time") for m in r.metrics]),
                 "problems": r.problems} for r in runs if r.evals]
     arms: dict[str, dict] = {}
     for row in per_run:
@@ -204,9 +209,9 @@ def signal_table(runs: list[Run]) -> list[str]:
             v = [m[k] for m in ms if m.get(k) is not None]
             return mean(v) if v else float("nan")
 
-        lines.append(f"{r.arm:<22}{r.seed:>5}{len(ms):>6}{avg('mean_reward'):>9.4f}{avg('grad_norm'):>10.4g}"
+        lines.append(f"{r.arm:<22}{r.seed:>5}{len(ms):>6}{avg('reward'):>9.4f}{avg('grad_norm'):>10.4g}"
                      f"{avg('logprob_gap'):>11.3g}{avg('entropy'):>9.3f}{avg('centring_l1'):>10.3g}"
-                     f"{avg('step_seconds'):>8.2f}")
+                     f"{avg('step_time'):>8.2f}")
     return lines
 
 

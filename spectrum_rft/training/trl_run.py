@@ -18,18 +18,17 @@ fingerprint, score and memory metrics), ``adapter/`` (LoRA) and ``model/`` (merg
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 import time
-import tomllib
-from dataclasses import MISSING, asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from spectrum_rft.task.arms import ARMS
 from spectrum_rft.task.environment import EnvConfig, get_preset
 from spectrum_rft.training.provenance import append_jsonl, code_revision, write_json
+from spectrum_rft.training.trl_common import (load_model, log_callback, parse_or_say, portable_path,
+                                              save_model)
 from spectrum_rft.training.trl_data import episode_for, grpo_rows, sft_conversation
 from spectrum_rft.training.trl_env import spectrum_reward, tool_env_class
 
@@ -113,56 +112,8 @@ class GrpoConfig(Common):
 
 
 # --------------------------------------------------------------------------------------------------
-# Config: TOML file + flags
-# --------------------------------------------------------------------------------------------------
-
-
-def build_parser(cls: type, prog: str, description: str) -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog=prog, description=description)
-    ap.add_argument("--config", default=None, help="TOML file of defaults (keys: the flags with _); flags win")
-    for f in fields(cls):
-        flag = "--" + f.name.replace("_", "-")
-        default = f.default if f.default is not MISSING else None
-        if f.type in ("bool", bool):
-            ap.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=f"(default {default})")
-        else:
-            kind = {"int": int, "float": float}.get(str(f.type), str)
-            ap.add_argument(flag, type=kind, default=None, help=f"(default {default!r})")
-    return ap
-
-
-def load_config(cls: type, argv: list[str], prog: str, description: str) -> Any:
-    """The config: the dataclass defaults, then the TOML file, then the flags; checked."""
-    args = build_parser(cls, prog, description).parse_args(argv)
-    values: dict[str, Any] = {}
-    if args.config:
-        with open(args.config, "rb") as fh:
-            file_values = tomllib.load(fh)
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(file_values) - known)
-        if unknown:
-            raise ValueError(f"{args.config}: unknown keys {', '.join(unknown)}")
-        values.update(file_values)
-    values.update({k: v for k, v in vars(args).items() if k != "config" and v is not None})
-    cfg = cls(**values)
-    cfg.check()
-    return cfg
-
-
-# --------------------------------------------------------------------------------------------------
 # Shared pieces
 # --------------------------------------------------------------------------------------------------
-
-
-def portable_path(path: str | Path) -> str:
-    """A path as a run record keeps it: relative to the working directory when inside it, else with the
-    home directory written ``~`` (records are committed and compared across machines)."""
-    p = Path(path).expanduser().resolve()
-    try:
-        return str(p.relative_to(Path.cwd().resolve()))
-    except ValueError:
-        home = Path.home().resolve()
-        return "~/" + str(p.relative_to(home)) if p.is_relative_to(home) else str(p)
 
 
 def _setup(cfg: Common) -> tuple[Path, Path]:
@@ -206,37 +157,6 @@ def _lora(cfg: Common, model):
                       layers_to_transform=top)
 
 
-def _log_callback(path: Path):
-    from transformers import TrainerCallback  # noqa: PLC0415
-
-    class LogToJsonl(TrainerCallback):
-        def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001
-            if logs:
-                append_jsonl(path, {"step": state.global_step, "time": time.time(), **logs})
-
-    return LogToJsonl()
-
-
-def _save(trainer, tok, out: Path) -> None:
-    """``out/adapter`` (the LoRA weights) and ``out/model`` (merged, with the tool-template tokenizer); on
-    several processes (``accelerate launch``) the main one writes them."""
-    trainer.accelerator.wait_for_everyone()
-    if not trainer.accelerator.is_main_process:
-        return
-    model = trainer.accelerator.unwrap_model(trainer.model)
-    model.save_pretrained(out / "adapter")
-    merged = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
-    merged.save_pretrained(out / "model")
-    tok.save_pretrained(out / "model")
-
-
-def _model(model_dir: Path):
-    import torch  # noqa: PLC0415
-    from transformers import AutoModelForCausalLM  # noqa: PLC0415
-
-    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-
-
 # --------------------------------------------------------------------------------------------------
 # sft
 # --------------------------------------------------------------------------------------------------
@@ -258,26 +178,17 @@ def run_sft(cfg: SftConfig) -> dict:
                      per_device_train_batch_size=cfg.batch_size, learning_rate=cfg.lr, assistant_only_loss=True,
                      max_length=cfg.max_length, logging_steps=1, report_to=[], save_strategy="no", seed=cfg.seed,
                      bf16=cfg.bf16, gradient_checkpointing=cfg.gradient_checkpointing, disable_tqdm=True)
-    model = _model(model_dir)
+    model = load_model(model_dir)
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(convs),
-                         processing_class=tok, peft_config=_lora(cfg, model), callbacks=[_log_callback(out / "metrics.jsonl")])
+                         processing_class=tok, peft_config=_lora(cfg, model), callbacks=[log_callback(out / "metrics.jsonl")])
     t0 = time.time()
     trainer.train()
-    _save(trainer, tok, out)
+    save_model(trainer, tok, out)
     summary = {"rows": len(convs), "policy_score": sum(scores) / len(scores), "train_s": round(time.time() - t0, 1),
                "steps": trainer.state.global_step,
                "final_loss": next((h["loss"] for h in reversed(trainer.state.log_history) if "loss" in h), None)}
     write_json(out / "summary.json", summary)
     return summary
-
-
-def parse_or_say(cls: type, argv: list[str] | None, prog: str, description: str) -> Any:
-    """The command's config, or None after printing the one-line reason it is unusable."""
-    try:
-        return load_config(cls, list(sys.argv[1:] if argv is None else argv), prog, description)
-    except (ValueError, OSError, tomllib.TOMLDecodeError) as e:
-        print(f"{prog}: {e}", file=sys.stderr)
-        return None
 
 
 def sft_main(argv: list[str] | None = None) -> int:
@@ -335,14 +246,14 @@ def run_train(cfg: GrpoConfig) -> dict:
                       save_strategy="no", seed=cfg.seed, bf16=cfg.bf16, max_tool_calling_iterations=calls,
                       use_vllm=cfg.use_vllm, vllm_mode="colocate", disable_tqdm=True, shuffle_dataset=False,
                       gradient_checkpointing=cfg.gradient_checkpointing)
-    model = _model(model_dir)
+    model = load_model(model_dir)
     trainer = GRPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows),
                           reward_funcs=[make_reward(out / "rollouts.jsonl")], processing_class=tok,
                           environment_factory=tool_env_class(cfg.mode), peft_config=_lora(cfg, model),
-                          callbacks=[_log_callback(out / "metrics.jsonl")])
+                          callbacks=[log_callback(out / "metrics.jsonl")])
     t0 = time.time()
     trainer.train()
-    _save(trainer, tok, out)
+    save_model(trainer, tok, out)
     summary = {"steps": trainer.state.global_step, "rows": len(rows), "episode": episode,
                "train_s": round(time.time() - t0, 1)}
     write_json(out / "summary.json", summary)
@@ -352,28 +263,10 @@ def run_train(cfg: GrpoConfig) -> dict:
 def train_main(argv: list[str] | None = None) -> int:
     cfg = parse_or_say(GrpoConfig, argv, "spectrum-rft train",
                        "GRPO on the spectrum task with TRL's GRPOTrainer (the env's score is the reward). "
-                       "The GSM8K score-centring card: spectrum-rft train --task gsm8k --help.")
+                       "The GSM8K score-centring card: spectrum-rft train --preset card --help.")
     if cfg is None:
         return 2
     s = run_train(cfg)
     print(f"train: {s['steps']} GRPO steps on {s['rows']} rows ({s['episode']} episodes), {s['train_s']} s -> "
           f"{cfg.out}/model")
     return 0
-
-
-def train_command(argv: list[str] | None = None) -> int:
-    """``spectrum-rft train``: the spectrum task on TRL (this module); ``--task gsm8k`` is the GSM8K score-
-    centring card, still on :mod:`.trainer` until it moves to TRL too."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    task = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--task"), None)
-    task = next((a.split("=", 1)[1] for a in argv if a.startswith("--task=")), task)
-    if task == "gsm8k":
-        from spectrum_rft.training import trainer  # noqa: PLC0415
-
-        return trainer.main(argv)
-    if task not in (None, "spectrum"):
-        print(f"spectrum-rft train: unknown --task {task!r}; choose spectrum or gsm8k", file=sys.stderr)
-        return 2
-    rest = [a for i, a in enumerate(argv) if a != "--task" and not a.startswith("--task=")
-            and not (i > 0 and argv[i - 1] == "--task")]
-    return train_main(rest)

@@ -1,0 +1,173 @@
+"""Score-centred GRPO on TRL: ``ScoreCentringGRPOTrainer`` is TRL's ``GRPOTrainer`` (sampling, tool loop,
+rewards, group advantages, vLLM, accelerate) whose loss is ours, :mod:`.loss` (``pg``/``tis``/``mis``/``is``,
+with or without score centring, full-vocabulary or top-k form).
+
+It overrides the public ``compute_loss(model, inputs, ...)`` only: one forward of the learner over prompt +
+completion gives the full logits (TRL's own pass keeps only the sampled token's log-prob), tempered like
+TRL's (``logits / temperature``, the distribution the completions were sampled from).
+
+The sampler distribution q (``sampler=``):
+
+* ``"learner"`` (default, CPU and transformers generation): the sampler *is* the learner at these
+  weights, so q = p exactly; centring then vanishes by the identity (``logprob_gap`` and
+  ``centring_l1`` log 0) and every arm has plain GRPO's gradient. That is the honest CPU case.
+* ``"bfloat16"``: q from a no-grad forward of the same model under bfloat16 autocast: what a bfloat16
+  sampler computes at these weights. A real sampler/learner mismatch for smoke runs and tests.
+* any callable ``fn(model, input_ids, attention_mask, logits_to_keep) -> logits [B, T+1, V]`` (no grad):
+  an injected q (tests; another sampler model).
+* with ``use_vllm`` TRL hands on vLLM's log-prob of each sampled token (``sampling_per_token_logps``):
+  that is log q(y) of the importance weight. vLLM's other log-probs are not passed on by TRL 1.16, so
+  score centring (which needs q beyond the sampled token) is refused with ``use_vllm``; tokens vLLM could
+  not score (NaN) get the learner's own value (ratio 1).
+
+Top-k form (``topk`` = K): the head is the sampler's top K of q at each position (what a sampler reporting
+top-K log-probs gives), log q(y) as above.
+
+Normalisation: the card's token mean over the whole generation batch (all processes), TRL's ``dapo``
+normaliser: ``sum(per-token loss) / (tokens in the batch / processes)``, scaled for accumulation the way
+TRL scales it. Logged per step (means over the step's completion tokens): ``logprob_gap`` |log p(y) -
+log q(y)|, ``entropy`` of p, ``ratio_dev`` |p/q - 1| and ``mean_w_y`` (trained tokens), ``centring_l1``
+(size of the centring term per unit advantage; 0 = the arms cannot differ), ``n_tokens``,
+``n_trained_tokens`` (tokens with a non-zero advantage). TRL logs ``grad_norm``, ``reward``,
+``frac_reward_zero_std``.
+
+Gradient probe: ``trainer.compute_loss(trainer.model, inputs).backward()`` on one batch of inputs (the
+dict TRL's generation step makes) leaves this loss's gradient in the LoRA parameters' ``.grad``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Callable
+
+import torch
+from trl import GRPOTrainer
+
+from spectrum_rft.training import loss as L
+
+SAMPLERS = ("learner", "bfloat16")
+SamplerFn = Callable[[Any, torch.Tensor, torch.Tensor, int], torch.Tensor]
+STATS = ("logprob_gap", "entropy", "ratio_dev", "mean_w_y", "centring_l1")
+
+
+def bfloat16_sampler(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int) -> torch.Tensor:
+    """Logits of the same model under bfloat16 autocast (no grad): a lower-precision sampler."""
+    with torch.no_grad(), torch.autocast(device_type=input_ids.device.type, dtype=torch.bfloat16):
+        return model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=logits_to_keep,
+                     use_cache=False).logits
+
+
+def check_loss_options(loss_kind: str, score_centering: bool, topk: int, sampler: Any, use_vllm: bool) -> None:
+    """The reasons a combination cannot run (ValueError), before any model is loaded."""
+    if loss_kind not in L.LOSSES:
+        raise ValueError(f"unknown loss {loss_kind!r}; choose one of {', '.join(L.LOSSES)}")
+    if topk < 0:
+        raise ValueError("topk must be >= 0 (0: the full-vocabulary form)")
+    if not callable(sampler) and sampler not in SAMPLERS:
+        raise ValueError(f"unknown sampler {sampler!r}; choose one of {', '.join(SAMPLERS)}")
+    if use_vllm and score_centering:
+        raise ValueError("score centring needs the sampler's distribution beyond the sampled token, and TRL passes on "
+                         "only vLLM's log-prob of the sampled token: run without --use-vllm, or without centring")
+    if use_vllm and sampler != "learner":
+        raise ValueError("with --use-vllm the sampler is vLLM: leave --sampler at 'learner'")
+
+
+class ScoreCentringGRPOTrainer(GRPOTrainer):
+    """``GRPOTrainer`` with the loss of :mod:`.loss`. Extra keyword arguments: ``loss_kind`` (pg | tis | mis
+    | is), ``score_centering``, ``topk`` (0: full form), ``sampler`` ("learner", "bfloat16" or a callable)."""
+
+    def __init__(self, *args: Any, loss_kind: str = "pg", score_centering: bool = False, topk: int = 0,
+                 sampler: str | SamplerFn = "learner", **kwargs: Any):
+        grpo_args = kwargs.get("args")
+        check_loss_options(loss_kind, score_centering, topk, sampler,
+                           bool(getattr(grpo_args, "use_vllm", False)))
+        super().__init__(*args, **kwargs)
+        self.loss_kind, self.score_centering, self.topk = loss_kind, score_centering, topk
+        self.sampler_fn: SamplerFn | None = (bfloat16_sampler if sampler == "bfloat16"
+                                             else sampler if callable(sampler) else None)
+        self.loss_stats: dict[str, float] = defaultdict(float)
+
+    # ---- the loss --------------------------------------------------------------------------------
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):  # noqa: ANN001
+        if return_outputs:
+            raise ValueError("ScoreCentringGRPOTrainer does not return outputs")
+        prompt_ids, completion_ids = inputs["prompt_ids"], inputs["completion_ids"]
+        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+        attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+        T = completion_ids.size(1)
+        mask = inputs["completion_mask"] if "tool_mask" not in inputs else inputs["completion_mask"] * inputs["tool_mask"]
+        mask = mask.bool()
+        temp = float(self.args.temperature)
+        with self.accelerator.autocast():
+            logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=T + 1,
+                           use_cache=False).logits
+        lp = torch.log_softmax(logits[:, :-1, :].float() / temp, dim=-1)[mask]  # [N, V]
+        del logits
+        tokens = completion_ids[mask]
+        adv = inputs["advantages"]
+        adv = (adv.unsqueeze(1).expand(-1, T) if adv.dim() == 1 else adv)[mask].float()
+        lp_y = lp.detach().gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+        if self.sampler_fn is None:
+            lq = lp.detach()
+        else:
+            q_logits = self.sampler_fn(model, input_ids, attention_mask, T + 1)
+            lq = torch.log_softmax(q_logits[:, :-1, :].float() / temp, dim=-1)[mask].detach()
+            del q_logits
+        lq_y = lq.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+        vllm_lq = inputs.get("sampling_per_token_logps")
+        if vllm_lq is not None:  # the log-prob vLLM sampled with; NaN (unscored) -> the learner's own (ratio 1)
+            v = vllm_lq[mask].float()
+            lq_y = torch.where(torch.isnan(v), lp_y, v)
+        kind, sc = self.loss_kind, self.score_centering
+        if self.topk and sc:
+            head_logq, head_ids = lq.topk(min(self.topk, lq.size(-1)), dim=-1)
+            per_tok = L.token_loss_topk(lp, lq_y, head_ids, head_logq, tokens, adv, kind, True)
+            cl1 = L.centring_logit_l1(lp, kind, head_ids=head_ids, head_logq=head_logq)
+        elif sc:
+            per_tok = L.token_loss_full(lp, lq, tokens, adv, kind, True)
+            cl1 = L.centring_logit_l1(lp, kind, sampler_logp=lq)
+        else:  # uncentred: only log q(y) enters (the head is unused), so vLLM's value serves
+            per_tok = L.token_loss_topk(lp, lq_y, tokens.unsqueeze(-1), lq_y.unsqueeze(-1), tokens, adv, kind, False)
+            cl1 = (L.centring_logit_l1(lp, kind, sampler_logp=lq) if vllm_lq is None
+                   else torch.full_like(lp_y, float("nan")))
+        normaliser = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
+        if model.training:  # TRL's dapo scaling: the batch's token mean across accumulation steps
+            normaliser = normaliser * self.current_gradient_accumulation_steps / self.args.steps_per_generation
+        loss = per_tok.sum() / normaliser
+        self._record(lp, lp_y, lq_y, adv, cl1)
+        return loss
+
+    def _record(self, lp, lp_y, lq_y, adv, cl1) -> None:  # noqa: ANN001
+        with torch.no_grad():
+            s = self.loss_stats
+            lpd = lp.detach()
+            s["n_tokens"] += lp_y.numel()
+            s["logprob_gap"] += float((lp_y - lq_y).abs().sum())
+            s["entropy"] += float(-(torch.where(torch.isfinite(lpd), lpd.exp() * lpd, torch.zeros_like(lpd))).sum())
+            trained = adv != 0
+            s["n_trained_tokens"] += int(trained.sum())
+            ratio = torch.exp(lp_y - lq_y)[trained]
+            s["ratio_dev"] += float((ratio - 1).abs().sum())
+            s["mean_w_y"] += float(L.importance_weight(self.loss_kind, ratio).sum())
+            c = cl1[trained]
+            if not bool(torch.isnan(c).any()):
+                s["centring_l1"] += float(c.sum())
+                s["n_centring"] += int(c.numel())
+
+    # ---- logging ---------------------------------------------------------------------------------
+
+    def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
+        """TRL's log line, plus this step's loss signals (summed over processes, then averaged per token)."""
+        if "loss" in logs and self.loss_stats:
+            keys = ("n_tokens", "n_trained_tokens", "n_centring", *STATS)
+            local = torch.tensor([float(self.loss_stats.get(k, 0.0)) for k in keys], device=self.accelerator.device)
+            tot = dict(zip(keys, self.accelerator.reduce(local, reduction="sum").tolist()))
+            n, nt, nc = tot["n_tokens"], tot["n_trained_tokens"], tot["n_centring"]
+            means = {"logprob_gap": (tot["logprob_gap"], n), "entropy": (tot["entropy"], n),
+                     "ratio_dev": (tot["ratio_dev"], nt), "mean_w_y": (tot["mean_w_y"], nt),
+                     "centring_l1": (tot["centring_l1"], nc)}
+            logs = {**logs, "n_tokens": int(n), "n_trained_tokens": int(nt),
+                    **{k: v / d for k, (v, d) in means.items() if d}}  # no trained token: no ratio to log
+            self.loss_stats.clear()
+        super().log(logs, *args, **kwargs)

