@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "spectrum_rft"
 RANK = {"common": 0, "task": 1, "rollouts": 2, "baselines": 3, "tools": 4, "training": 4}
 ROOT_ENTRIES = {p.stem for p in ROOT.glob("*.py")} | {"spectrum_templates"}
-LIBRARIES = ("eval_protocol", "mcp", "litellm")
+LIBRARIES = ("eval_protocol", "mcp", "litellm", "trl", "transformers", "peft", "accelerate", "datasets")
 
 
 def _modules() -> dict[str, Path]:
@@ -121,7 +121,7 @@ def test_package_never_imports_the_root_entry_points():
 
 
 def _library_names(tree: ast.AST) -> set[str]:
-    """Local names bound to eval_protocol / mcp / litellm modules or objects by imports."""
+    """Local names bound to the LIBRARIES' modules or objects by imports."""
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -139,7 +139,7 @@ STDLIB_PRIVATE_OK = {"os._exit"}
 
 
 def _library_bases(path: Path, class_name: str) -> list[type]:
-    """The eval-protocol/mcp/litellm classes in the MRO of ``class_name`` (the module is imported)."""
+    """The LIBRARIES' classes in the MRO of ``class_name`` (the module is imported)."""
     import importlib  # noqa: PLC0415
 
     mod = ".".join(path.relative_to(ROOT).with_suffix("").parts)
@@ -151,7 +151,7 @@ def _private_uses(path: Path) -> list[str]:
     """Private attributes this file touches on objects that are not its own:
 
     * ``x._name`` for any ``x`` but ``self``/``cls`` (another object's private state, ours or a library's);
-    * in a class deriving from an eval-protocol/mcp/litellm class: a ``_name`` method it overrides or a
+    * in a class deriving from a LIBRARIES class (eval-protocol, mcp, litellm, TRL, transformers, ...): a ``_name`` method it overrides or a
       ``self._name`` it reads that its own class body does not define (the base class's privates),
       McpGym's documented hooks excepted.
     """
