@@ -292,3 +292,20 @@ def test_gradient_path_with_mismatch(tmp_path):
     w1 = load_file(tmp_path / "m" / "checkpoints/step_0001/adapter_model.safetensors")
     moved = [k for k in w0 if not (w0[k] == w1[k]).all()]
     assert moved and all("lora_" in k for k in moved)
+
+
+def test_model_spec_local_folder_hub_id_or_error(tmp_path, monkeypatch):
+    from spectrum_rft.training.models import resolve_model_dir
+    from spectrum_rft.training.trl_common import portable_path
+
+    monkeypatch.chdir(tmp_path)
+    assert resolve_model_dir("Qwen/Qwen3.5-0.8B", tmp_path) == ("Qwen/Qwen3.5-0.8B",
+                                                                 {"model": "Qwen/Qwen3.5-0.8B", "source": "hugging face hub id"})
+    assert portable_path("Qwen/Qwen3.5-0.8B") == "Qwen/Qwen3.5-0.8B"
+    (tmp_path / "m").mkdir()
+    with pytest.raises(FileNotFoundError, match="not a model directory"):
+        resolve_model_dir("m", tmp_path)  # an existing folder without config.json is not a hub id
+    with pytest.raises(FileNotFoundError):
+        resolve_model_dir("no-such-model", tmp_path)
+    (tmp_path / "m" / "config.json").write_text("{}")
+    assert resolve_model_dir("m", tmp_path)[0] == Path("m") and portable_path(Path("m")) == "m"

@@ -292,7 +292,7 @@ def run_card(cfg: CardConfig, reward: Callable | None = None, sampler: Any = Non
                                                  {"task": "gsm8k", **provenance}))
     procs = PartialState().num_processes
     write_json(out / "config.json", {**asdict(cfg), "arm": cfg.arm, "task": "gsm8k", "processes": procs,
-                                     "model_dir": portable_path(model_dir) if isinstance(model_dir, Path) else model_dir,
+                                     "model_dir": portable_path(model_dir),
                                      "model_provenance": prov, "torch": torch.__version__,
                                      "transformers": transformers.__version__, "peft": peft.__version__,
                                      "trl": trl.__version__, "threads": torch.get_num_threads(), "argv": sys.argv[1:]})

@@ -58,7 +58,10 @@ def parse_or_say(cls: type, argv: list[str] | None, prog: str, description: str)
 
 def portable_path(path: str | Path) -> str:
     """A path as a run record keeps it: relative to the working directory when inside it, else with the
-    home directory written ``~`` (records are committed and compared across machines)."""
+    home directory written ``~`` (records are committed and compared across machines). A string that names
+    no existing path (a hub id such as ``org/model``) is kept as it is."""
+    if isinstance(path, str) and not Path(path).expanduser().exists():
+        return path
     p = Path(path).expanduser().resolve()
     try:
         return str(p.relative_to(Path.cwd().resolve()))
@@ -79,7 +82,7 @@ def log_callback(path: Path):
 
 
 def save_model(trainer, tok, out: Path) -> None:
-    """``out/adapter`` (the LoRA weights) and ``out/model`` (merged, with the tool-template tokenizer); on
+    """``out/adapter`` (the LoRA weights) and ``out/model`` (merged, with the run's tokenizer); on
     several processes (``accelerate launch``) the main one writes them."""
     trainer.accelerator.wait_for_everyone()
     if not trainer.accelerator.is_main_process:
@@ -91,7 +94,7 @@ def save_model(trainer, tok, out: Path) -> None:
     tok.save_pretrained(out / "model")
 
 
-def load_model(model_dir: Path):
+def load_model(model_dir: Path | str):
     import torch  # noqa: PLC0415
     from transformers import AutoModelForCausalLM  # noqa: PLC0415
 
