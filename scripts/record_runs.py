@@ -2,8 +2,9 @@
 
     python scripts/record_runs.py results/memory-evidence runs/evidence/sft1 runs/evidence/grpo/*
 
-Copies config.json, code_revision.json, summary.json, metrics.jsonl, rollouts.jsonl of each run directory
-(adapter/ and model/ stay out: hundreds of MB), refusing a record that names the home folder, the temp folder
+Copies config.json, code_revision.json, summary.json, metrics.jsonl, rollouts.jsonl of each run directory,
+and for GSM8K card runs eval.jsonl, evaluator.json, items.json and the eval/ predictions (adapter/, model/
+and checkpoints/ stay out: hundreds of MB), refusing a record that names the home folder, the temp folder
 or the folder holding the checkout, so nothing machine-specific is committed.
 """
 
@@ -14,7 +15,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-FILES = ("config.json", "code_revision.json", "summary.json", "metrics.jsonl", "rollouts.jsonl")
+FILES = ("config.json", "code_revision.json", "summary.json", "metrics.jsonl", "rollouts.jsonl",
+         "eval.jsonl", "evaluator.json", "items.json")  # the last three: GSM8K card runs (with eval/*.jsonl)
 
 
 def main(argv: list[str]) -> int:
@@ -25,7 +27,10 @@ def main(argv: list[str]) -> int:
     for run in map(Path, argv[1:]):
         out = dest / run.name
         out.mkdir(parents=True, exist_ok=True)
-        for name in FILES:
+        names = [*FILES, *(f"eval/{f.name}" for f in sorted((run / "eval").glob("*.jsonl")))]
+        if (run / "eval").is_dir():
+            (out / "eval").mkdir(exist_ok=True)
+        for name in names:
             src = run / name
             if not src.is_file():
                 continue
