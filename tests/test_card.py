@@ -159,7 +159,7 @@ def test_vllm_logprobs_weight_the_sampled_token_and_nan_stays_finite(tiny):
 
 
 def test_loss_options_refused():
-    from spectrum_rft.training.sc_grpo import check_loss_options
+    from spectrum_rft.training.sc_options import check_loss_options
 
     with pytest.raises(ValueError, match="unknown loss"):
         check_loss_options("ppo", False, 0, "learner", False)

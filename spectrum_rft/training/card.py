@@ -30,13 +30,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from spectrum_rft.training import gsm8k as gsm
-from spectrum_rft.training import loss as L
 from spectrum_rft.training.provenance import (append_jsonl, code_revision, evaluator_identity, item_manifest,
                                               manifest_sha256, sha256_file, write_json)
+from spectrum_rft.training.sc_options import check_loss_options
 from spectrum_rft.training.trl_common import load_model, log_callback, parse_or_say, portable_path, save_model
 
 PRESETS = ("card",)
-SAMPLERS = ("learner", "bfloat16")  # the names sc_grpo accepts (it needs torch; this module's config does not)
 
 
 class CardSetupError(Exception):
@@ -82,10 +81,7 @@ class CardConfig:
     def check(self) -> None:
         if self.preset not in PRESETS:
             raise ValueError(f"unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}")
-        if self.loss not in L.LOSSES:
-            raise ValueError(f"unknown loss {self.loss!r}; choose one of {', '.join(L.LOSSES)}")
-        if self.sampler not in SAMPLERS:
-            raise ValueError(f"unknown sampler {self.sampler!r}; choose one of {', '.join(SAMPLERS)}")
+        check_loss_options(self.loss, self.score_centering, self.topk, self.sampler, self.use_vllm)
         for name in ("steps", "prompts", "max_tokens", "lora_rank", "lora_alpha", "eval_batch", "micro_batch"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
@@ -98,11 +94,6 @@ class CardConfig:
         if (self.prompts * self.group) % self.micro_batch:
             raise ValueError(f"micro_batch ({self.micro_batch}) must divide prompts x group "
                              f"({self.prompts * self.group})")
-        if self.use_vllm and self.score_centering:
-            raise ValueError("score centring needs the sampler's distribution beyond the sampled token, and TRL "
-                             "passes on only vLLM's log-prob of the sampled token: drop --use-vllm or centring")
-        if self.use_vllm and self.sampler != "learner":
-            raise ValueError("with --use-vllm the sampler is vLLM: leave --sampler at 'learner'")
 
     @property
     def arm(self) -> str:

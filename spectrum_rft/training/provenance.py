@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]  # the project root (git revision, recorded files)
-RECORD_FILES = ("spectrum_rft/training/card.py", "spectrum_rft/training/sc_grpo.py",
+RECORD_FILES = ("spectrum_rft/training/card.py", "spectrum_rft/training/sc_grpo.py", "spectrum_rft/training/sc_options.py",
                 "spectrum_rft/training/trl_common.py", "spectrum_rft/training/models.py",
                 "spectrum_rft/training/provenance.py", "spectrum_rft/training/loss.py",
                 "spectrum_rft/training/gsm8k.py", "spectrum_rft/training/trl_env.py",

@@ -44,8 +44,8 @@ import torch
 from trl import GRPOTrainer
 
 from spectrum_rft.training import loss as L
+from spectrum_rft.training.sc_options import check_loss_options
 
-SAMPLERS = ("learner", "bfloat16")
 SamplerFn = Callable[[Any, torch.Tensor, torch.Tensor, int], torch.Tensor]
 STATS = ("logprob_gap", "entropy", "ratio_dev", "mean_w_y", "centring_l1")
 
@@ -55,21 +55,6 @@ def bfloat16_sampler(model, input_ids: torch.Tensor, attention_mask: torch.Tenso
     with torch.no_grad(), torch.autocast(device_type=input_ids.device.type, dtype=torch.bfloat16):
         return model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=logits_to_keep,
                      use_cache=False).logits
-
-
-def check_loss_options(loss_kind: str, score_centering: bool, topk: int, sampler: Any, use_vllm: bool) -> None:
-    """The reasons a combination cannot run (ValueError), before any model is loaded."""
-    if loss_kind not in L.LOSSES:
-        raise ValueError(f"unknown loss {loss_kind!r}; choose one of {', '.join(L.LOSSES)}")
-    if topk < 0:
-        raise ValueError("topk must be >= 0 (0: the full-vocabulary form)")
-    if not callable(sampler) and sampler not in SAMPLERS:
-        raise ValueError(f"unknown sampler {sampler!r}; choose one of {', '.join(SAMPLERS)}")
-    if use_vllm and score_centering:
-        raise ValueError("score centring needs the sampler's distribution beyond the sampled token, and TRL passes on "
-                         "only vLLM's log-prob of the sampled token: run without --use-vllm, or without centring")
-    if use_vllm and sampler != "learner":
-        raise ValueError("with --use-vllm the sampler is vLLM: leave --sampler at 'learner'")
 
 
 class ScoreCentringGRPOTrainer(GRPOTrainer):
