@@ -309,3 +309,26 @@ def test_model_spec_local_folder_hub_id_or_error(tmp_path, monkeypatch):
         resolve_model_dir("no-such-model", tmp_path)
     (tmp_path / "m" / "config.json").write_text("{}")
     assert resolve_model_dir("m", tmp_path)[0] == Path("m") and portable_path(Path("m")) == "m"
+
+
+def test_two_processes_split_one_batch(tmp_path):
+    """``torchrun --nproc_per_node 2`` (what ``accelerate launch`` does on GPUs, here on CPU with gloo): the
+    2 processes share one batch of P x G completions, no item is replayed, one process evaluates and
+    writes the record, the summary is printed once."""
+    import subprocess
+    import sys
+
+    run = tmp_path / "two"
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "spectrum_rft",
+                           "train", "--preset", "card", "--out", str(run), *TINY], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("card pg s0: 2 steps") == 1
+    assert json.loads((run / "config.json").read_text())["processes"] == 2
+    rollouts = [json.loads(x) for x in (run / "rollouts.jsonl").read_text().splitlines()]
+    assert len(rollouts) == 2 * 2 * 2  # steps x prompts x group, over both processes
+    per_step = {s: {r["item_id"] for r in rollouts if r["step"] == s} for s in (0, 1)}
+    assert all(len(v) == 2 for v in per_step.values()) and not per_step[0] & per_step[1]
+    assert [json.loads(x)["step"] for x in (run / "eval.jsonl").read_text().splitlines()] == [0, 2]
+    metrics = [m for m in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "reward" in m]
+    assert [m["n_tokens"] for m in metrics] == [2 * 2 * 16] * 2  # every completion token of the batch, summed

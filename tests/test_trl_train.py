@@ -147,3 +147,22 @@ def test_serve_hf_answers_with_parsed_tool_calls(sft_run):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_two_processes_train_fresh_bands(tmp_path):
+    """``torchrun --nproc_per_node 2`` on CPU (the multi-GPU path's process layout): each process takes its
+    own rows, so a step covers prompts x processes fresh bands, none replayed; one process writes the log
+    and the summary."""
+    import subprocess
+    import sys
+
+    run = tmp_path / "two"
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "spectrum_rft",
+                           "train", "--out", str(run), "--steps", "1", "--prompts", "1", "--group", "2",
+                           "--max-completion-length", "32", "--threads", "1"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("train: 1 GRPO steps on 2 rows") == 1
+    rollouts = lines(run / "rollouts.jsonl")
+    assert len(rollouts) == 4 and len({r["row_id"] for r in rollouts}) == 2
+    assert len({r["band_fingerprint"] for r in rollouts}) == 2  # a band per row, the group's candidates share it
+    assert len([m for m in lines(run / "metrics.jsonl") if "reward" in m]) == 1

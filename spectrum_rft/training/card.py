@@ -254,10 +254,17 @@ def run_card(cfg: CardConfig, reward: Callable | None = None, sampler: Any = Non
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    state = PartialState(cpu=cfg.use_cpu)  # cpu=True: torchrun/accelerate processes on CPU count too
+    procs, main = state.num_processes, state.is_main_process
+    batch = cfg.prompts * cfg.group
+    if batch % (cfg.micro_batch * procs):
+        raise CardSetupError(f"prompts x group ({batch}) must be a multiple of micro_batch x processes "
+                             f"({cfg.micro_batch} x {procs})")
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    for name in ("metrics.jsonl", "rollouts.jsonl", "eval.jsonl", "summary.json"):  # a rerun starts a new record
-        (out / name).unlink(missing_ok=True)
+    if main:
+        for name in ("metrics.jsonl", "rollouts.jsonl", "eval.jsonl", "summary.json"):  # a rerun: a new record
+            (out / name).unlink(missing_ok=True)
     data_dir = Path(cfg.data).expanduser() if cfg.data else None
     try:
         train = gsm.load_split("train", data_dir)
@@ -274,24 +281,21 @@ def run_card(cfg: CardConfig, reward: Callable | None = None, sampler: Any = Non
     evaluator = evaluator_identity(task="gsm8k", metric="accuracy", scorer_sources=["spectrum_rft/training/gsm8k.py"],
                                    prompt_template=gsm.PROMPT_TEMPLATE, parser_rule=gsm.PARSER_RULE,
                                    decoding=decoding, chat_template=getattr(tok, "chat_template", None))
-    write_json(out / "evaluator.json", evaluator)
     provenance = {"data_source": gsm.source_name(data_dir), "n_train_items": len(train), "train_order_seed": cfg.seed,
                   "train_items_sha256": manifest_sha256([{"id": it["id"], "sha256": gsm.item_sha256(it)} for it in train])}
     if data_dir is not None:
         provenance["train_file_sha256"] = sha256_file(data_dir / "train.jsonl")
-    write_json(out / "items.json", item_manifest([{"id": it["id"], "sha256": gsm.item_sha256(it)} for it in test],
-                                                 {"task": "gsm8k", **provenance}))
-    procs = PartialState().num_processes
-    write_json(out / "config.json", {**asdict(cfg), "arm": cfg.arm, "task": "gsm8k", "processes": procs,
-                                     "model_dir": portable_path(model_dir),
-                                     "model_provenance": prov, "torch": torch.__version__,
-                                     "transformers": transformers.__version__, "peft": peft.__version__,
-                                     "trl": trl.__version__, "threads": torch.get_num_threads(), "argv": sys.argv[1:]})
-    write_json(out / "code_revision.json", code_revision())
-    batch = cfg.prompts * cfg.group
-    if batch % (cfg.micro_batch * procs):
-        raise ValueError(f"prompts x group ({batch}) must be a multiple of micro_batch x processes "
-                         f"({cfg.micro_batch} x {procs})")
+    if main:
+        write_json(out / "evaluator.json", evaluator)
+        write_json(out / "items.json", item_manifest([{"id": it["id"], "sha256": gsm.item_sha256(it)} for it in test],
+                                                     {"task": "gsm8k", **provenance}))
+        write_json(out / "config.json", {**asdict(cfg), "arm": cfg.arm, "task": "gsm8k", "processes": procs,
+                                         "model_dir": portable_path(model_dir), "model_provenance": prov,
+                                         "torch": torch.__version__, "transformers": transformers.__version__,
+                                         "peft": peft.__version__, "trl": trl.__version__,
+                                         "threads": torch.get_num_threads(), "argv": sys.argv[1:]})
+        write_json(out / "code_revision.json", code_revision())
+    state.wait_for_everyone()  # no process appends to the record before it is reset
     accum = batch // (cfg.micro_batch * procs)
     args = GRPOConfig(output_dir=str(out / "trl"), use_cpu=cfg.use_cpu, per_device_train_batch_size=cfg.micro_batch,
                       gradient_accumulation_steps=accum, num_generations=cfg.group,
@@ -318,10 +322,11 @@ def run_card(cfg: CardConfig, reward: Callable | None = None, sampler: Any = Non
     save_model(trainer, tok, out)
     evals = [json.loads(x) for x in (out / "eval.jsonl").read_text().splitlines()] \
         if (out / "eval.jsonl").is_file() else []
-    summary = {"arm": cfg.arm, "seed": cfg.seed, "steps": trainer.state.global_step, "train_s": round(time.time() - t0, 1),
-               "evals": [{"step": e["step"], "accuracy": e["score"]} for e in evals]}
-    write_json(out / "summary.json", summary)
-    return summary
+    summary = {"arm": cfg.arm, "seed": cfg.seed, "steps": trainer.state.global_step, "processes": procs,
+               "train_s": round(time.time() - t0, 1), "evals": [{"step": e["step"], "accuracy": e["score"]} for e in evals]}
+    if main:
+        write_json(out / "summary.json", summary)
+    return {**summary, "main_process": main}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -334,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     except CardSetupError as e:
         print(f"spectrum-rft train --preset card: {e}", file=sys.stderr)
         return 1
+    if not s["main_process"]:
+        return 0
     evals = ", ".join(f"step {e['step']} {e['accuracy']:.4f}" for e in s["evals"])
     print(f"card {s['arm']} s{s['seed']}: {s['steps']} steps, {s['train_s']} s -> {cfg.out}; accuracy: {evals or 'not evaluated'}")
     return 0

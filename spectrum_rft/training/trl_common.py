@@ -71,11 +71,12 @@ def portable_path(path: str | Path) -> str:
 
 
 def log_callback(path: Path):
+    """TRL's log lines appended to ``path`` by the main process (every process sees ``on_log``)."""
     from transformers import TrainerCallback  # noqa: PLC0415
 
     class LogToJsonl(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001
-            if logs:
+            if logs and state.is_world_process_zero:
                 append_jsonl(path, {"step": state.global_step, "time": time.time(), **logs})
 
     return LogToJsonl()

@@ -187,8 +187,9 @@ def run_sft(cfg: SftConfig) -> dict:
     summary = {"rows": len(convs), "policy_score": sum(scores) / len(scores), "train_s": round(time.time() - t0, 1),
                "steps": trainer.state.global_step,
                "final_loss": next((h["loss"] for h in reversed(trainer.state.log_history) if "loss" in h), None)}
-    write_json(out / "summary.json", summary)
-    return summary
+    if trainer.accelerator.is_main_process:
+        write_json(out / "summary.json", summary)
+    return {**summary, "main_process": trainer.accelerator.is_main_process}
 
 
 def sft_main(argv: list[str] | None = None) -> int:
@@ -197,8 +198,9 @@ def sft_main(argv: list[str] | None = None) -> int:
     if cfg is None:
         return 2
     s = run_sft(cfg)
-    print(f"sft: {s['rows']} conversations (memoryless policy score {s['policy_score']:.3f}), {s['steps']} steps, "
-          f"final loss {s['final_loss']}, {s['train_s']} s -> {cfg.out}/model")
+    if s["main_process"]:
+        print(f"sft: {s['rows']} conversations (memoryless policy score {s['policy_score']:.3f}), {s['steps']} steps, "
+              f"final loss {s['final_loss']}, {s['train_s']} s -> {cfg.out}/model")
     return 0
 
 
@@ -236,7 +238,7 @@ def run_train(cfg: GrpoConfig) -> dict:
     from accelerate import PartialState  # noqa: PLC0415
 
     # every step consumes prompts x processes rows: enough fresh bands that no row is ever replayed
-    rows = grpo_rows(cfg.steps * cfg.prompts * PartialState().num_processes, prompt=ARMS[cfg.arm].prompt, memory_mode=cfg.mode, preset=cfg.preset,
+    rows = grpo_rows(cfg.steps * cfg.prompts * PartialState(cpu=cfg.use_cpu).num_processes, prompt=ARMS[cfg.arm].prompt, memory_mode=cfg.mode, preset=cfg.preset,
                      reward=cfg.reward, salt=cfg.salt, prefix=f"grpo-s{cfg.seed}", episode=episode)
     calls = EnvConfig().max_calls_per_scan * (1 if episode == "scan" else get_preset(cfg.preset).n_scans)
     tok = _tokenizer(model_dir)
@@ -256,8 +258,9 @@ def run_train(cfg: GrpoConfig) -> dict:
     save_model(trainer, tok, out)
     summary = {"steps": trainer.state.global_step, "rows": len(rows), "episode": episode,
                "train_s": round(time.time() - t0, 1)}
-    write_json(out / "summary.json", summary)
-    return summary
+    if trainer.accelerator.is_main_process:
+        write_json(out / "summary.json", summary)
+    return {**summary, "main_process": trainer.accelerator.is_main_process}
 
 
 def train_main(argv: list[str] | None = None) -> int:
@@ -267,6 +270,7 @@ def train_main(argv: list[str] | None = None) -> int:
     if cfg is None:
         return 2
     s = run_train(cfg)
-    print(f"train: {s['steps']} GRPO steps on {s['rows']} rows ({s['episode']} episodes), {s['train_s']} s -> "
-          f"{cfg.out}/model")
+    if s["main_process"]:
+        print(f"train: {s['steps']} GRPO steps on {s['rows']} rows ({s['episode']} episodes), {s['train_s']} s -> "
+              f"{cfg.out}/model")
     return 0
