@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings, strategies as st
 
 from spectrum_rft.training import card as C
 from spectrum_rft.training import report as R
@@ -156,6 +157,54 @@ def test_vllm_logprobs_weight_the_sampled_token_and_nan_stays_finite(tiny):
     far = dict(inputs, sampling_per_token_logps=torch.full(inputs["completion_ids"].shape, -200.0))
     loss, g = loss_and_grad(make(loss_kind="is"), model, far)  # log r clipped at 20: finite
     assert torch.isfinite(torch.tensor(loss)) and torch.isfinite(g).all() and g.abs().max() > g_on.abs().max()
+
+
+@st.composite
+def batches(draw):
+    """A random batch: shapes, early-ended completions (at least one token each), advantages, token ids."""
+    B, P, T = draw(st.integers(1, 4)), draw(st.integers(1, 5)), draw(st.integers(1, 6))
+    seed = draw(st.integers(0, 2**31 - 1))
+    g = torch.Generator().manual_seed(seed)
+    lengths = [draw(st.integers(1, T)) for _ in range(B)]
+    mask = torch.tensor([[1 if t < n else 0 for t in range(T)] for n in lengths])
+    adv = torch.tensor([draw(st.floats(-3, 3, allow_nan=False, width=32)) for _ in range(B)])
+    V = 39
+    return {"prompt_ids": torch.randint(2, V, (B, P), generator=g), "prompt_mask": torch.ones(B, P, dtype=torch.long),
+            "completion_ids": torch.randint(2, V, (B, T), generator=g), "completion_mask": mask,
+            "advantages": adv, "num_items_in_batch": mask.sum()}
+
+
+@settings(max_examples=25, deadline=None)
+@given(inputs=batches(), scale=st.floats(-4, 4, allow_nan=False))
+def test_property_trainer_loss_is_token_mean_and_linear_in_advantage(tiny_trainers, inputs, scale):
+    """For any batch: pg's loss is -sum A log p(y) / N over the unmasked tokens (float64 by hand), and every
+    loss is linear in the advantages (scaling A scales loss and gradient; A = 0 gives 0)."""
+    trainers, model = tiny_trainers
+    got, _ = loss_and_grad(trainers["pg"], model, inputs)
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)).logits
+    T = inputs["completion_ids"].shape[1]
+    lp_y = torch.log_softmax(logits[:, -T - 1:-1].double() / 0.7, -1).gather(
+        -1, inputs["completion_ids"].unsqueeze(-1)).squeeze(-1)
+    m = inputs["completion_mask"].bool()
+    want = float(-(inputs["advantages"][:, None].double() * lp_y)[m].sum() / m.sum())
+    assert got == pytest.approx(want, rel=1e-4, abs=1e-6)
+    scaled = dict(inputs, advantages=inputs["advantages"] * scale)
+    for name in ("tis+sc", "is+sc"):
+        l1, g1 = loss_and_grad(trainers[name], model, inputs)
+        l2, g2 = loss_and_grad(trainers[name], model, scaled)
+        assert l2 == pytest.approx(scale * l1, rel=1e-4, abs=1e-6)
+        assert torch.allclose(g2, scale * g1, rtol=1e-3, atol=1e-6)
+        assert torch.isfinite(g1).all()
+
+
+@pytest.fixture(scope="module")
+def tiny_trainers(tiny):
+    make, model = tiny
+    q = noisy_sampler(0.5)
+    return {"pg": make(loss_kind="pg"), "tis+sc": make(loss_kind="tis", score_centering=True, sampler=q),
+            "is+sc": make(loss_kind="is", score_centering=True, topk=8, sampler=q)}, model
 
 
 def test_loss_options_refused():
