@@ -81,7 +81,7 @@ class CardConfig:
     def check(self) -> None:
         if self.preset not in PRESETS:
             raise ValueError(f"unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}")
-        check_loss_options(self.loss, self.score_centering, self.topk, self.sampler, self.use_vllm)
+        check_loss_options(self.loss, self.score_centering, self.topk, self.sampler, self.use_vllm, self.bf16)
         for name in ("steps", "prompts", "max_tokens", "lora_rank", "lora_alpha", "eval_batch", "micro_batch"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")

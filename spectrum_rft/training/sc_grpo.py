@@ -64,8 +64,8 @@ class ScoreCentringGRPOTrainer(GRPOTrainer):
     def __init__(self, *args: Any, loss_kind: str = "pg", score_centering: bool = False, topk: int = 0,
                  sampler: str | SamplerFn = "learner", **kwargs: Any):
         grpo_args = kwargs.get("args")
-        check_loss_options(loss_kind, score_centering, topk, sampler,
-                           bool(getattr(grpo_args, "use_vllm", False)))
+        check_loss_options(loss_kind, score_centering, topk, sampler, bool(getattr(grpo_args, "use_vllm", False)),
+                           bool(getattr(grpo_args, "bf16", False)))
         super().__init__(*args, **kwargs)
         self.loss_kind, self.score_centering, self.topk = loss_kind, score_centering, topk
         self.sampler_fn: SamplerFn | None = (bfloat16_sampler if sampler == "bfloat16"

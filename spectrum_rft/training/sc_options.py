@@ -11,7 +11,8 @@ from spectrum_rft.training.loss import LOSSES
 SAMPLERS = ("learner", "bfloat16")  # q = p, or the same model under bfloat16 autocast (sc_grpo)
 
 
-def check_loss_options(loss_kind: str, score_centering: bool, topk: int, sampler: Any, use_vllm: bool) -> None:
+def check_loss_options(loss_kind: str, score_centering: bool, topk: int, sampler: Any, use_vllm: bool,
+                       bf16: bool = False) -> None:
     """The reasons a combination cannot run (ValueError), before any model is loaded."""
     if loss_kind not in LOSSES:
         raise ValueError(f"unknown loss {loss_kind!r}; choose one of {', '.join(LOSSES)}")
@@ -24,3 +25,6 @@ def check_loss_options(loss_kind: str, score_centering: bool, topk: int, sampler
                          "only vLLM's log-prob of the sampled token: run without --use-vllm, or without centring")
     if use_vllm and sampler != "learner":
         raise ValueError("with --use-vllm the sampler is vLLM: leave --sampler at 'learner'")
+    if bf16 and sampler == "bfloat16":
+        raise ValueError("--bf16 makes the learner compute in bfloat16 too, so the bfloat16 sampler would equal it "
+                         "(q = p, nothing for centring to correct): drop --bf16 to keep a float32 learner")
