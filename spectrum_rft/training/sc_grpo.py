@@ -132,7 +132,7 @@ class ScoreCentringGRPOTrainer(GRPOTrainer):
             s["entropy"] += float(-(torch.where(torch.isfinite(lpd), lpd.exp() * lpd, torch.zeros_like(lpd))).sum())
             trained = adv != 0
             s["n_trained_tokens"] += int(trained.sum())
-            ratio = torch.exp(lp_y - lq_y)[trained]
+            ratio = torch.exp(torch.clamp(lp_y - lq_y, -L.LOG_RATIO_CLIP, L.LOG_RATIO_CLIP))[trained]  # as the loss clips
             s["ratio_dev"] += float((ratio - 1).abs().sum())
             s["mean_w_y"] += float(L.importance_weight(self.loss_kind, ratio).sum())
             c = cl1[trained]
