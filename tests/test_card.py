@@ -382,3 +382,58 @@ def test_two_processes_split_one_batch(tmp_path):
     assert [json.loads(x)["step"] for x in (run / "eval.jsonl").read_text().splitlines()] == [0, 2]
     metrics = [m for m in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "reward" in m]
     assert [m["n_tokens"] for m in metrics] == [2 * 2 * 16] * 2  # every completion token of the batch, summed
+
+
+def test_resume_from_a_checkpoint_goes_on_where_the_run_stopped(tmp_path):
+    """``--save-every 1`` then a run killed after step 1 (its step-2 checkpoint gone, its step-2 lines left
+    in the record): ``--resume`` cuts the record back to step 1, trains step 2 only, and ends with the
+    same LoRA weights as the uninterrupted run (TRL restores optimiser and RNG state)."""
+    import shutil
+
+    from safetensors.torch import load_file
+
+    def forced(completions, **_):
+        return [1.0 if i % 2 == 0 else 0.0 for i in range(len(completions))]
+
+    def cfg(out, **kw):
+        return C.CardConfig(data=str(GSM8K_FIXTURE), out=str(out), steps=2, prompts=2, group=2, micro_batch=2,
+                            max_tokens=8, eval_n=1, eval_every=2, eval_max_tokens=4, threads=1, save_every=1, **kw)
+
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    C.run_card(cfg(whole), reward=forced)
+    shutil.copytree(whole, cut)
+    shutil.rmtree(cut / "trl" / "checkpoint-2")
+    s = C.run_card(cfg(cut, resume=True), reward=forced)
+    assert s["resumed_from_step"] == 1 and s["steps"] == 2
+    metrics = [m["step"] for m in map(json.loads, (cut / "metrics.jsonl").read_text().splitlines()) if "reward" in m]
+    assert metrics == [1, 2]  # step 2 once, not twice
+    assert [json.loads(x)["step"] for x in (cut / "eval.jsonl").read_text().splitlines()] == [0, 2]
+    a, b = load_file(whole / "adapter" / "adapter_model.safetensors"), load_file(cut / "adapter" / "adapter_model.safetensors")
+    moved = load_file(whole / "checkpoints/step_0000/adapter_model.safetensors")
+    assert any(not torch.equal(a[k], moved[k]) for k in a)  # training moved the weights
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+
+
+def test_start_record_resets_or_cuts_back_to_the_checkpoint(tmp_path):
+    from spectrum_rft.training.trl_common import start_record
+
+    def write(name, steps):
+        (tmp_path / name).write_text("".join(json.dumps({"step": s}) + "\n" for s in steps))
+
+    def steps(name):
+        return [json.loads(x)["step"] for x in (tmp_path / name).read_text().splitlines()]
+
+    write("metrics.jsonl", [1, 2, 3, 4])
+    assert start_record(tmp_path, resume=True, is_main=True) is None  # no checkpoint: a new record
+    assert not (tmp_path / "metrics.jsonl").exists()
+    (tmp_path / "trl" / "checkpoint-2").mkdir(parents=True)
+    (tmp_path / "trl" / "checkpoint-10x").mkdir()
+    write("metrics.jsonl", [1, 2, 3, 4])
+    write("eval.jsonl", [0, 2, 4])
+    write("rollouts.jsonl", [0, 0, 1, 1, 2, 2, 3, 3])  # generated at global step s, trained as step s + 1
+    (tmp_path / "summary.json").write_text("{}")
+    assert start_record(tmp_path, resume=False, is_main=False) is None and steps("metrics.jsonl") == [1, 2, 3, 4]
+    ckpt = start_record(tmp_path, resume=True, is_main=True)
+    assert ckpt == (tmp_path / "trl" / "checkpoint-2", 2)
+    assert steps("metrics.jsonl") == [1, 2] and steps("eval.jsonl") == [0, 2] and steps("rollouts.jsonl") == [0, 0, 1, 1]
+    assert not (tmp_path / "summary.json").exists()

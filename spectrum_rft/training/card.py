@@ -33,7 +33,8 @@ from spectrum_rft.training import gsm8k as gsm
 from spectrum_rft.training.provenance import (append_jsonl, code_revision, evaluator_identity, item_manifest,
                                               manifest_sha256, sha256_file, write_json)
 from spectrum_rft.training.sc_options import check_loss_options
-from spectrum_rft.training.trl_common import load_model, log_callback, parse_or_say, portable_path, save_model
+from spectrum_rft.training.trl_common import (load_model, log_callback, parse_or_say, portable_path, save_model,
+                                              start_record)
 
 PRESETS = ("card",)
 
@@ -77,6 +78,8 @@ class CardConfig:
     bf16: bool = False
     use_vllm: bool = False  # GPU: generate with colocated vLLM (uncentred arms only: see sc_grpo)
     gradient_checkpointing: bool = False
+    save_every: int = 0  # a TRL checkpoint (LoRA, optimiser, RNG) every N steps, the last 2 kept (0: none)
+    resume: bool = False  # go on from OUT's newest checkpoint (none there: start afresh)
 
     def check(self) -> None:
         if self.preset not in PRESETS:
@@ -87,8 +90,8 @@ class CardConfig:
                 raise ValueError(f"{name} must be >= 1")
         if self.group < 2:
             raise ValueError("group must be >= 2 (GRPO compares completions of a problem)")
-        if min(self.topk, self.eval_every, self.eval_n, self.eval_max_tokens, self.threads) < 0:
-            raise ValueError("topk, eval_every, eval_n, eval_max_tokens and threads must be >= 0")
+        if min(self.topk, self.eval_every, self.eval_n, self.eval_max_tokens, self.threads, self.save_every) < 0:
+            raise ValueError("topk, eval_every, eval_n, eval_max_tokens, threads and save_every must be >= 0")
         if not self.temperature > 0 or not self.lr > 0 or self.max_grad_norm < 0 or self.weight_decay < 0:
             raise ValueError("temperature and lr must be > 0; max_grad_norm and weight_decay >= 0")
         if (self.prompts * self.group) % self.micro_batch:
@@ -188,10 +191,11 @@ def eos_token_ids(tok, model_dir) -> list[int]:  # noqa: ANN001
     return sorted(int(i) for i in ids if i is not None)
 
 
-def greedy_eval_callback(out: Path, cfg: CardConfig, tok, test: list[dict], eos_ids: list[int], evaluator_id: str):
-    """A TrainerCallback: greedy exact match on ``test`` at step 0 (``eval_at_start``), every ``eval_every``
-    steps and at the last step; writes ``eval.jsonl``, ``eval/step_NNNN.jsonl`` and the LoRA checkpoint.
-    The main process evaluates (the others wait at their next collective)."""
+def greedy_eval_callback(out: Path, cfg: CardConfig, tok, test: list[dict], eos_ids: list[int], evaluator_id: str,
+                         resumed: bool = False):
+    """A TrainerCallback: greedy exact match on ``test`` at step 0 (``eval_at_start``; not when ``resumed``),
+    every ``eval_every`` steps and at the last step; writes ``eval.jsonl``, ``eval/step_NNNN.jsonl`` and the
+    LoRA checkpoint. The main process evaluates (the others wait at their next collective)."""
     from transformers import TrainerCallback  # noqa: PLC0415
 
     max_new = cfg.eval_max_tokens or cfg.max_tokens
@@ -218,7 +222,7 @@ def greedy_eval_callback(out: Path, cfg: CardConfig, tok, test: list[dict], eos_
 
     class GreedyEval(TrainerCallback):
         def on_train_begin(self, args, state, control, model=None, **kwargs):  # noqa: ANN001
-            if cfg.eval_at_start and cfg.eval_every and cfg.eval_n and state.is_world_process_zero:
+            if cfg.eval_at_start and not resumed and cfg.eval_every and cfg.eval_n and state.is_world_process_zero:
                 evaluate(model, 0)
 
         def on_step_end(self, args, state, control, model=None, **kwargs):  # noqa: ANN001
@@ -262,9 +266,7 @@ def run_card(cfg: CardConfig, reward: Callable | None = None, sampler: Any = Non
                              f"({cfg.micro_batch} x {procs})")
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    if main:
-        for name in ("metrics.jsonl", "rollouts.jsonl", "eval.jsonl", "summary.json"):  # a rerun: a new record
-            (out / name).unlink(missing_ok=True)
+    ckpt = start_record(out, cfg.resume, main)  # a new record, or (--resume) cut back to the checkpoint
     data_dir = Path(cfg.data).expanduser() if cfg.data else None
     try:
         train = gsm.load_split("train", data_dir)
@@ -303,7 +305,8 @@ def run_card(cfg: CardConfig, reward: Callable | None = None, sampler: Any = Non
                       lr_scheduler_type="constant", weight_decay=cfg.weight_decay,
                       max_grad_norm=cfg.max_grad_norm or float("inf"),  # inf: no clipping, norm still logged
                       temperature=cfg.temperature, beta=0.0, scale_rewards="none", logging_steps=1, report_to=[],
-                      save_strategy="no", seed=cfg.seed, bf16=cfg.bf16, use_vllm=cfg.use_vllm,
+                      save_strategy="steps" if cfg.save_every else "no", save_steps=cfg.save_every or 1,
+                      save_total_limit=2, seed=cfg.seed, bf16=cfg.bf16, use_vllm=cfg.use_vllm,
                       vllm_mode="colocate", disable_tqdm=True, shuffle_dataset=False,
                       gradient_checkpointing=cfg.gradient_checkpointing)
     model = load_model(model_dir)
@@ -314,15 +317,16 @@ def run_card(cfg: CardConfig, reward: Callable | None = None, sampler: Any = Non
         model=model, args=args, train_dataset=Dataset.from_list(rows),
         reward_funcs=[reward or make_reward(out / "rollouts.jsonl")], processing_class=tok, peft_config=lora,
         callbacks=[log_callback(out / "metrics.jsonl"),
-                   greedy_eval_callback(out, cfg, tok, test, eos_ids, evaluator["evaluator_id"])],
+                   greedy_eval_callback(out, cfg, tok, test, eos_ids, evaluator["evaluator_id"], resumed=ckpt is not None)],
         loss_kind=cfg.loss, score_centering=cfg.score_centering, topk=cfg.topk,
         sampler=sampler if sampler is not None else cfg.sampler)
     t0 = time.time()
-    trainer.train()
+    trainer.train(resume_from_checkpoint=str(ckpt[0]) if ckpt else None)
     save_model(trainer, tok, out)
     evals = [json.loads(x) for x in (out / "eval.jsonl").read_text().splitlines()] \
         if (out / "eval.jsonl").is_file() else []
     summary = {"arm": cfg.arm, "seed": cfg.seed, "steps": trainer.state.global_step, "processes": procs,
+               "resumed_from_step": ckpt[1] if ckpt else None,
                "train_s": round(time.time() - t0, 1), "evals": [{"step": e["step"], "accuracy": e["score"]} for e in evals]}
     if main:
         write_json(out / "summary.json", summary)

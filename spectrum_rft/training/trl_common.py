@@ -5,6 +5,7 @@ LoRA run, loading the base model."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 import tomllib
@@ -100,3 +101,40 @@ def load_model(model_dir: Path | str):
     from transformers import AutoModelForCausalLM  # noqa: PLC0415
 
     return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+
+
+RECORD_LOGS = ("metrics.jsonl", "rollouts.jsonl", "eval.jsonl", "summary.json")  # appended during a run
+
+
+def latest_checkpoint(out: Path) -> tuple[Path, int] | None:
+    """The newest TRL checkpoint of a run (``out/trl/checkpoint-N``) and its step N, or None."""
+    found = [(int(p.name.split("-", 1)[1]), p) for p in (out / "trl").glob("checkpoint-*")
+             if p.is_dir() and p.name.split("-", 1)[1].isdigit()]
+    if not found:
+        return None
+    step, path = max(found)
+    return path, step
+
+
+def start_record(out: Path, resume: bool, is_main: bool) -> tuple[Path, int] | None:
+    """Before a run: with ``resume`` and a checkpoint, the checkpoint (the record is cut back to its step:
+    log and eval lines of steps <= N, rollouts generated before step N+1, so the resumed steps are not
+    recorded twice); otherwise None and a new record (the logs of an earlier run into ``out`` removed).
+    Only the main process changes files."""
+    ckpt = latest_checkpoint(out) if resume else None
+    if not is_main:
+        return ckpt
+    if ckpt is None:
+        for name in RECORD_LOGS:
+            (out / name).unlink(missing_ok=True)
+        return None
+    step = ckpt[1]
+    keep = {"metrics.jsonl": lambda r: (r.get("step") or 0) <= step, "eval.jsonl": lambda r: r["step"] <= step,
+            "rollouts.jsonl": lambda r: (r.get("step") or 0) < step}
+    for name, ok in keep.items():
+        path = out / name
+        if path.is_file():
+            lines = [line for line in path.read_text().splitlines() if line.strip() and ok(json.loads(line))]
+            path.write_text("".join(line + "\n" for line in lines))
+    (out / "summary.json").unlink(missing_ok=True)
+    return ckpt

@@ -28,7 +28,7 @@ from spectrum_rft.task.arms import ARMS
 from spectrum_rft.task.environment import EnvConfig, get_preset
 from spectrum_rft.training.provenance import append_jsonl, code_revision, write_json
 from spectrum_rft.training.trl_common import (load_model, log_callback, parse_or_say, portable_path,
-                                              save_model)
+                                              save_model, start_record)
 from spectrum_rft.training.trl_data import episode_for, grpo_rows, sft_conversation
 from spectrum_rft.training.trl_env import spectrum_reward, tool_env_class
 
@@ -99,12 +99,16 @@ class GrpoConfig(Common):
     beta: float = 0.0  # KL coefficient (TRL's default: none)
     use_vllm: bool = False  # GPU: generate with colocated vLLM
     lr: float = 1e-4
+    save_every: int = 0  # a TRL checkpoint (LoRA, optimiser, RNG) every N steps, the last 2 kept (0: none)
+    resume: bool = False  # go on from OUT's newest checkpoint (none there: start afresh)
 
     def check(self) -> None:
         super().check()
         for name in ("steps", "prompts", "group", "max_completion_length"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if self.save_every < 0:
+            raise ValueError("save_every must be >= 0")
         if self.group < 2:
             raise ValueError("group must be >= 2 (GRPO compares completions of a row)")
         if not self.temperature > 0:
@@ -116,24 +120,29 @@ class GrpoConfig(Common):
 # --------------------------------------------------------------------------------------------------
 
 
-def _setup(cfg: Common) -> tuple[Path, Path]:
+def _setup(cfg: Common, resume: bool = False) -> tuple[Path, Path, tuple[Path, int] | None]:
+    """The run directory, the model, and (``resume``) the checkpoint to go on from; the main process
+    writes the config and code revision and resets (or, resuming, cuts back) the record."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory's "experimental" banner
     import torch  # noqa: PLC0415
+    from accelerate import PartialState  # noqa: PLC0415
 
     from spectrum_rft.training.models import resolve_model_dir  # noqa: PLC0415
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    state = PartialState(cpu=cfg.use_cpu)  # cpu=True: torchrun/accelerate processes on CPU count too
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    for name in ("metrics.jsonl", "rollouts.jsonl", "summary.json"):  # a rerun into OUT starts a new record
-        (out / name).unlink(missing_ok=True)
+    ckpt = start_record(out, resume, state.is_main_process)
     model_dir, prov = resolve_model_dir(cfg.model, cfg.cache_dir)
-    write_json(out / "config.json", {**asdict(cfg), "prompt": ARMS[cfg.arm].prompt, "memory_mode": cfg.mode,
-                                     "model_dir": portable_path(model_dir),
-                                     "model_provenance": prov})
-    write_json(out / "code_revision.json", code_revision())
-    return out, model_dir
+    if state.is_main_process:
+        write_json(out / "config.json", {**asdict(cfg), "prompt": ARMS[cfg.arm].prompt, "memory_mode": cfg.mode,
+                                         "model_dir": portable_path(model_dir), "model_provenance": prov,
+                                         "processes": state.num_processes})
+        write_json(out / "code_revision.json", code_revision())
+    state.wait_for_everyone()
+    return out, model_dir, ckpt
 
 
 def _tokenizer(model_dir: Path):
@@ -163,7 +172,7 @@ def _lora(cfg: Common, model):
 
 
 def run_sft(cfg: SftConfig) -> dict:
-    out, model_dir = _setup(cfg)
+    out, model_dir, _ = _setup(cfg)
     from datasets import Dataset  # noqa: PLC0415
     from trl import SFTConfig, SFTTrainer  # noqa: PLC0415
 
@@ -230,7 +239,7 @@ def make_reward(path: Path):
 
 
 def run_train(cfg: GrpoConfig) -> dict:
-    out, model_dir = _setup(cfg)
+    out, model_dir, ckpt = _setup(cfg, cfg.resume)
     from datasets import Dataset  # noqa: PLC0415
     from trl import GRPOConfig, GRPOTrainer  # noqa: PLC0415
 
@@ -238,14 +247,16 @@ def run_train(cfg: GrpoConfig) -> dict:
     from accelerate import PartialState  # noqa: PLC0415
 
     # every step consumes prompts x processes rows: enough fresh bands that no row is ever replayed
-    rows = grpo_rows(cfg.steps * cfg.prompts * PartialState(cpu=cfg.use_cpu).num_processes, prompt=ARMS[cfg.arm].prompt, memory_mode=cfg.mode, preset=cfg.preset,
-                     reward=cfg.reward, salt=cfg.salt, prefix=f"grpo-s{cfg.seed}", episode=episode)
+    rows = grpo_rows(cfg.steps * cfg.prompts * PartialState(cpu=cfg.use_cpu).num_processes, prompt=ARMS[cfg.arm].prompt,
+                     memory_mode=cfg.mode, preset=cfg.preset, reward=cfg.reward, salt=cfg.salt, prefix=f"grpo-s{cfg.seed}",
+                     episode=episode)
     calls = EnvConfig().max_calls_per_scan * (1 if episode == "scan" else get_preset(cfg.preset).n_scans)
     tok = _tokenizer(model_dir)
     args = GRPOConfig(output_dir=str(out / "trl"), use_cpu=cfg.use_cpu, per_device_train_batch_size=cfg.prompts * cfg.group,
                       num_generations=cfg.group, max_completion_length=cfg.max_completion_length, max_steps=cfg.steps,
                       learning_rate=cfg.lr, temperature=cfg.temperature, beta=cfg.beta, logging_steps=1, report_to=[],
-                      save_strategy="no", seed=cfg.seed, bf16=cfg.bf16, max_tool_calling_iterations=calls,
+                      save_strategy="steps" if cfg.save_every else "no", save_steps=cfg.save_every or 1,
+                      save_total_limit=2, seed=cfg.seed, bf16=cfg.bf16, max_tool_calling_iterations=calls,
                       use_vllm=cfg.use_vllm, vllm_mode="colocate", disable_tqdm=True, shuffle_dataset=False,
                       gradient_checkpointing=cfg.gradient_checkpointing)
     model = load_model(model_dir)
@@ -254,9 +265,10 @@ def run_train(cfg: GrpoConfig) -> dict:
                           environment_factory=tool_env_class(cfg.mode), peft_config=_lora(cfg, model),
                           callbacks=[log_callback(out / "metrics.jsonl")])
     t0 = time.time()
-    trainer.train()
+    trainer.train(resume_from_checkpoint=str(ckpt[0]) if ckpt else None)
     save_model(trainer, tok, out)
     summary = {"steps": trainer.state.global_step, "rows": len(rows), "episode": episode,
+               "resumed_from_step": ckpt[1] if ckpt else None,
                "train_s": round(time.time() - t0, 1)}
     if trainer.accelerator.is_main_process:
         write_json(out / "summary.json", summary)
