@@ -32,49 +32,38 @@ def main() -> None:
     args = ap.parse_args()
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     import torch
-    from datasets import Dataset
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
+    from peft import get_peft_model
 
+    from spectrum_rft.training import card as C
     from spectrum_rft.training.models import resolve_model_dir
-    from spectrum_rft.training.sc_grpo import ScoreCentringGRPOTrainer
+    from spectrum_rft.training.sc_grpo import loss_and_gradient, probe_trainer
     from spectrum_rft.training.trl_common import load_model
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    model_dir, _ = resolve_model_dir("smollm2", "~/.cache/spectrum-rft")
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    tok.pad_token = tok.pad_token or tok.eos_token
-    model = get_peft_model(load_model(model_dir), LoraConfig(r=32, lora_alpha=32, target_modules="all-linear",
-                                                             task_type="CAUSAL_LM"))
+    model_dir, _ = resolve_model_dir("smollm2", C.CardConfig.cache_dir)
+    tok = C.load_tokenizer(model_dir)
+    model = get_peft_model(load_model(model_dir), C.lora_config(32, 32))
     V = model.config.vocab_size
     B, P, T = args.batch, args.prompt, args.completion
     g = torch.Generator().manual_seed(0)
     inputs = {"prompt_ids": torch.randint(0, V, (B, P), generator=g), "prompt_mask": torch.ones(B, P, dtype=torch.long),
               "completion_ids": torch.randint(0, V, (B, T), generator=g), "completion_mask": torch.ones(B, T, dtype=torch.long),
               "advantages": torch.randn(B, generator=g), "num_items_in_batch": torch.tensor(B * T)}
-    ds = Dataset.from_list([{"prompt": "x"}] * 4)
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = GRPOConfig(output_dir=tmp, use_cpu=True, bf16=False, per_device_train_batch_size=2, num_generations=2,
-                         report_to=[], loss_type="dapo")
-        kw = dict(model=model, args=cfg, processing_class=tok, train_dataset=ds,
-                  reward_funcs=[lambda completions, **_: [0.0] * len(completions)])
         variants = {
-            "trl dapo (fused head)": GRPOTrainer(**kw),
-            "ours pg": ScoreCentringGRPOTrainer(**kw, loss_kind="pg"),
-            "ours pg+sc full, bf16 q": ScoreCentringGRPOTrainer(**kw, loss_kind="pg", score_centering=True,
-                                                                 sampler="bfloat16"),
-            "ours pg+sc top32, bf16 q": ScoreCentringGRPOTrainer(**kw, loss_kind="pg", score_centering=True, topk=32,
-                                                                  sampler="bfloat16"),
+            "trl dapo (fused head)": probe_trainer(model, tok, tmp, trl_loss=True),
+            "ours pg": probe_trainer(model, tok, tmp, loss_kind="pg"),
+            "ours pg+sc full, bf16 q": probe_trainer(model, tok, tmp, loss_kind="pg", score_centering=True,
+                                                     sampler="bfloat16"),
+            "ours pg+sc top32, bf16 q": probe_trainer(model, tok, tmp, loss_kind="pg", score_centering=True, topk=32,
+                                                      sampler="bfloat16"),
         }
         best = {k: float("inf") for k in variants}
-        model.eval()  # no accumulation scaling; the same work either way
         for _ in range(args.repeats):
             for name, tr in variants.items():
-                model.zero_grad(set_to_none=True)
                 t0 = time.perf_counter()
-                tr.compute_loss(model, inputs).backward()
+                loss_and_gradient(tr, model, inputs)  # the same work for each: forward, loss, backward
                 best[name] = min(best[name], time.perf_counter() - t0)
     base = best["trl dapo (fused head)"]
     print(f"batch {B} x (prompt {P} + completion {T}) tokens, vocabulary {V}, LoRA r32, {args.threads} threads, "

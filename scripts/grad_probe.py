@@ -36,22 +36,17 @@ def main() -> None:
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    from datasets import Dataset
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoTokenizer
-    from trl import GRPOConfig
+    from peft import get_peft_model
 
     from spectrum_rft.training import card as C
     from spectrum_rft.training import gsm8k as gsm
     from spectrum_rft.training.models import resolve_model_dir
-    from spectrum_rft.training.sc_grpo import ScoreCentringGRPOTrainer
+    from spectrum_rft.training.sc_grpo import loss_and_gradient, probe_trainer
     from spectrum_rft.training.trl_common import load_model
 
-    model_dir, _ = resolve_model_dir("smollm2", "~/.cache/spectrum-rft")
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    tok.pad_token = tok.pad_token or tok.eos_token
-    model = get_peft_model(load_model(model_dir), LoraConfig(r=32, lora_alpha=32, target_modules="all-linear",
-                                                             task_type="CAUSAL_LM"))
+    model_dir, _ = resolve_model_dir("smollm2", C.CardConfig.cache_dir)
+    tok = C.load_tokenizer(model_dir)
+    model = get_peft_model(load_model(model_dir), C.lora_config(32, 32))
     items = gsm.load_split("train", args.data)[:args.prompts]
     tok.padding_side = "left"
     texts = [tok.apply_chat_template(C.chat_prompt(it), add_generation_prompt=True, tokenize=False)
@@ -69,28 +64,19 @@ def main() -> None:
     adv = torch.tensor([(1.0 if i % G == 0 else 0.0) - 1.0 / G for i in range(len(texts))])
     inputs = {"prompt_ids": enc["input_ids"], "prompt_mask": enc["attention_mask"], "completion_ids": comp,
               "completion_mask": cmask, "advantages": adv, "num_items_in_batch": cmask.sum()}
+    print(f"{len(texts)} completions, {int(cmask.sum())} tokens, loss {args.loss}")
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = GRPOConfig(output_dir=tmp, use_cpu=True, bf16=False, per_device_train_batch_size=G,
-                         num_generations=G, report_to=[])
-        ds = Dataset.from_list([{"prompt": C.chat_prompt(it)} for it in items])
-        print(f"{len(texts)} completions, {int(cmask.sum())} tokens, loss {args.loss}")
         for sampler, topk in (("bfloat16", 32), ("bfloat16", 0), ("learner", 0)):
             grads, stats = {}, {}
             for sc in (False, True):
-                tr = ScoreCentringGRPOTrainer(model=model, args=cfg, processing_class=tok, train_dataset=ds,
-                                              reward_funcs=[lambda completions, **_: [0.0] * len(completions)],
-                                              loss_kind=args.loss, score_centering=sc, topk=topk, sampler=sampler)
-                model.zero_grad(set_to_none=True)
-                model.eval()
-                tr.compute_loss(model, inputs).backward()
-                grads[sc] = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]).double()
+                tr = probe_trainer(model, tok, tmp, loss_kind=args.loss, score_centering=sc, topk=topk, sampler=sampler)
+                grads[sc] = loss_and_gradient(tr, model, inputs)[1].double()
                 s = tr.loss_stats
                 stats[sc] = (s["logprob_gap"] / s["n_tokens"], s["centring_l1"] / max(s["n_centring"], 1))
             cos = float(torch.nn.functional.cosine_similarity(grads[False], grads[True], dim=0))
             rel = float((grads[True] - grads[False]).norm() / grads[False].norm())
             print(f"sampler {sampler:<9} top{topk:<3} |gap| {stats[True][0]:.4f}  centring_l1 {stats[True][1]:.4g}  "
                   f"cosine(sc, plain) {cos:.6f}  |g_sc - g|/|g| {rel:.3g}")
-
 
 if __name__ == "__main__":
     main()

@@ -21,6 +21,7 @@ from hypothesis import given, settings, strategies as st
 
 from spectrum_rft.training import card as C
 from spectrum_rft.training import report as R
+from spectrum_rft.training.sc_grpo import loss_and_gradient
 from spectrum_rft.training.train_cli import train_command
 
 GSM8K_FIXTURE = Path(__file__).parent / "fixtures" / "gsm8k"
@@ -37,12 +38,10 @@ TINY = ["--data", str(GSM8K_FIXTURE), "--steps", "2", "--prompts", "2", "--group
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """A 1-layer random Llama and a character-level tokenizer (no download), wrapped in the trainer."""
-    from datasets import Dataset
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-    from trl import GRPOConfig
 
-    from spectrum_rft.training.sc_grpo import ScoreCentringGRPOTrainer
+    from spectrum_rft.training.sc_grpo import probe_trainer
 
     vocab = {c: i for i, c in enumerate(["<pad>", "<eos>", *"abcdefghijklmnopqrstuvwxyz0123456789 "])}
     tk = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
@@ -52,13 +51,10 @@ def tiny(tmp_path_factory):
     model = LlamaForCausalLM(LlamaConfig(vocab_size=len(vocab), hidden_size=16, intermediate_size=32,
                                          num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
                                          pad_token_id=0, eos_token_id=1, bos_token_id=1))
-    args = GRPOConfig(output_dir=str(tmp_path_factory.mktemp("tiny")), use_cpu=True, per_device_train_batch_size=2,
-                      num_generations=2, max_completion_length=4, report_to=[], temperature=0.7, bf16=False)
+    out = tmp_path_factory.mktemp("tiny")
 
     def make(**kw):
-        return ScoreCentringGRPOTrainer(model=model, args=args, processing_class=tok,
-                                        train_dataset=Dataset.from_list([{"prompt": "ab"}] * 4),
-                                        reward_funcs=[lambda completions, **_: [0.0] * len(completions)], **kw)
+        return probe_trainer(model, tok, str(out), temperature=0.7, **kw)
 
     return make, model
 
@@ -82,12 +78,17 @@ def noisy_sampler(scale: float):
     return fn
 
 
-def loss_and_grad(trainer, model, inputs):
-    model.zero_grad(set_to_none=True)
-    model.eval()  # no accumulation scaling; the normaliser is the batch's token count
-    loss = trainer.compute_loss(model, inputs)
-    loss.backward()
-    return float(loss.detach()), torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]).clone()
+def hand_pg_loss(model, inputs, temperature: float = 0.7) -> float:
+    """-sum_t A_t log p(y_t) / N over the unmasked completion tokens, p = softmax(logits / temperature), in
+    float64 from the model's own logits: the pg loss computed without the trainer."""
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)).logits
+    T = inputs["completion_ids"].shape[1]
+    lp_y = torch.log_softmax(logits[:, -T - 1:-1].double() / temperature, -1).gather(
+        -1, inputs["completion_ids"].unsqueeze(-1)).squeeze(-1)
+    m = inputs["completion_mask"].bool()
+    return float(-(inputs["advantages"][:, None].double() * lp_y)[m].sum() / m.sum())
 
 
 def test_loss_is_the_token_mean_of_our_loss(tiny):
@@ -96,17 +97,10 @@ def test_loss_is_the_token_mean_of_our_loss(tiny):
     make, model = tiny
     tr = make(loss_kind="pg")
     inputs = batch(model.config.vocab_size)
-    got, _ = loss_and_grad(tr, model, inputs)
-    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
-    with torch.no_grad():
-        logits = model(input_ids=ids, attention_mask=torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)).logits
-    T = inputs["completion_ids"].shape[1]
-    logp = torch.log_softmax(logits[:, -T - 1:-1].double() / 0.7, -1)
-    lp_y = logp.gather(-1, inputs["completion_ids"].unsqueeze(-1)).squeeze(-1)
-    m = inputs["completion_mask"].bool()
-    want = float(-(inputs["advantages"][:, None].double() * lp_y)[m].sum() / m.sum())
-    assert got == pytest.approx(want, rel=1e-5)
+    got, _ = loss_and_gradient(tr, model, inputs)
+    assert got == pytest.approx(hand_pg_loss(model, inputs), rel=1e-5)
     # the loss logged its signals: q = p, so no gap and no centring term
+    m = inputs["completion_mask"].bool()
     s = tr.loss_stats
     assert s["n_tokens"] == int(m.sum()) and s["logprob_gap"] == 0.0 and s["centring_l1"] == pytest.approx(0.0, abs=1e-5)
 
@@ -117,8 +111,8 @@ def test_masked_tokens_do_not_count(tiny):
     a = batch(model.config.vocab_size)
     b = {k: v.clone() if torch.is_tensor(v) else v for k, v in a.items()}
     b["completion_ids"][1, 4] = (b["completion_ids"][1, 4] + 1) % model.config.vocab_size  # a masked position
-    la, ga = loss_and_grad(tr, model, a)
-    lb, gb = loss_and_grad(tr, model, b)
+    la, ga = loss_and_gradient(tr, model, a)
+    lb, gb = loss_and_gradient(tr, model, b)
     assert la == pytest.approx(lb, rel=1e-6) and torch.allclose(ga, gb, atol=1e-7)
 
 
@@ -128,21 +122,21 @@ def test_identities_through_the_trainer(tiny):
     make, model = tiny
     inputs = batch(model.config.vocab_size)
     q = noisy_sampler(0.5)
-    _, g_is = loss_and_grad(make(loss_kind="is", sampler=q), model, inputs)
-    _, g_is_sc = loss_and_grad(make(loss_kind="is", score_centering=True, sampler=q), model, inputs)
+    _, g_is = loss_and_gradient(make(loss_kind="is", sampler=q), model, inputs)
+    _, g_is_sc = loss_and_gradient(make(loss_kind="is", score_centering=True, sampler=q), model, inputs)
     assert torch.allclose(g_is, g_is_sc, atol=1e-6)
-    _, g_pg = loss_and_grad(make(loss_kind="pg", sampler=q), model, inputs)
+    _, g_pg = loss_and_gradient(make(loss_kind="pg", sampler=q), model, inputs)
     tr = make(loss_kind="pg", score_centering=True, sampler=q)
-    _, g_pg_sc = loss_and_grad(tr, model, inputs)
+    _, g_pg_sc = loss_and_gradient(tr, model, inputs)
     assert (g_pg - g_pg_sc).abs().max() > 1e-4
     assert tr.loss_stats["logprob_gap"] > 0 and tr.loss_stats["centring_l1"] > 0
-    _, g_on = loss_and_grad(make(loss_kind="pg"), model, inputs)
-    _, g_on_sc = loss_and_grad(make(loss_kind="pg", score_centering=True), model, inputs)
+    _, g_on = loss_and_gradient(make(loss_kind="pg"), model, inputs)
+    _, g_on_sc = loss_and_gradient(make(loss_kind="pg", score_centering=True), model, inputs)
     assert torch.allclose(g_on, g_on_sc, atol=1e-6)
     # top-k over the whole vocabulary is the full form, through the trainer too
     V = model.config.vocab_size
-    l_full, g_full = loss_and_grad(make(loss_kind="tis", score_centering=True, sampler=q), model, inputs)
-    l_topk, g_topk = loss_and_grad(make(loss_kind="tis", score_centering=True, topk=V, sampler=q), model, inputs)
+    l_full, g_full = loss_and_gradient(make(loss_kind="tis", score_centering=True, sampler=q), model, inputs)
+    l_topk, g_topk = loss_and_gradient(make(loss_kind="tis", score_centering=True, topk=V, sampler=q), model, inputs)
     assert l_topk == pytest.approx(l_full, rel=1e-4, abs=1e-6) and torch.allclose(g_full, g_topk, atol=1e-5)
 
 
@@ -150,12 +144,12 @@ def test_vllm_logprobs_weight_the_sampled_token_and_nan_stays_finite(tiny):
     """``sampling_per_token_logps`` (vLLM's log q(y)) sets the importance weight; a NaN one is ratio 1."""
     make, model = tiny
     inputs = batch(model.config.vocab_size)
-    _, g_on = loss_and_grad(make(loss_kind="is"), model, inputs)
+    _, g_on = loss_and_gradient(make(loss_kind="is"), model, inputs)
     shifted = dict(inputs, sampling_per_token_logps=torch.full(inputs["completion_ids"].shape, float("nan")))
-    loss, g = loss_and_grad(make(loss_kind="is"), model, shifted)
+    loss, g = loss_and_gradient(make(loss_kind="is"), model, shifted)
     assert torch.isfinite(torch.tensor(loss)) and torch.allclose(g, g_on, atol=1e-6)
     far = dict(inputs, sampling_per_token_logps=torch.full(inputs["completion_ids"].shape, -200.0))
-    loss, g = loss_and_grad(make(loss_kind="is"), model, far)  # log r clipped at 20: finite
+    loss, g = loss_and_gradient(make(loss_kind="is"), model, far)  # log r clipped at 20: finite
     assert torch.isfinite(torch.tensor(loss)) and torch.isfinite(g).all() and g.abs().max() > g_on.abs().max()
 
 
@@ -180,20 +174,12 @@ def test_property_trainer_loss_is_token_mean_and_linear_in_advantage(tiny_traine
     """For any batch: pg's loss is -sum A log p(y) / N over the unmasked tokens (float64 by hand), and every
     loss is linear in the advantages (scaling A scales loss and gradient; A = 0 gives 0)."""
     trainers, model = tiny_trainers
-    got, _ = loss_and_grad(trainers["pg"], model, inputs)
-    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
-    with torch.no_grad():
-        logits = model(input_ids=ids, attention_mask=torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)).logits
-    T = inputs["completion_ids"].shape[1]
-    lp_y = torch.log_softmax(logits[:, -T - 1:-1].double() / 0.7, -1).gather(
-        -1, inputs["completion_ids"].unsqueeze(-1)).squeeze(-1)
-    m = inputs["completion_mask"].bool()
-    want = float(-(inputs["advantages"][:, None].double() * lp_y)[m].sum() / m.sum())
-    assert got == pytest.approx(want, rel=1e-4, abs=1e-6)
+    got, _ = loss_and_gradient(trainers["pg"], model, inputs)
+    assert got == pytest.approx(hand_pg_loss(model, inputs), rel=1e-4, abs=1e-6)
     scaled = dict(inputs, advantages=inputs["advantages"] * scale)
     for name in ("tis+sc", "is+sc"):
-        l1, g1 = loss_and_grad(trainers[name], model, inputs)
-        l2, g2 = loss_and_grad(trainers[name], model, scaled)
+        l1, g1 = loss_and_gradient(trainers[name], model, inputs)
+        l2, g2 = loss_and_gradient(trainers[name], model, scaled)
         assert l2 == pytest.approx(scale * l1, rel=1e-4, abs=1e-6)
         assert torch.allclose(g2, scale * g1, rtol=1e-3, atol=1e-6)
         assert torch.isfinite(g1).all()

@@ -90,8 +90,8 @@ class CardConfig:
                 raise ValueError(f"{name} must be >= 1")
         if self.group < 2:
             raise ValueError("group must be >= 2 (GRPO compares completions of a problem)")
-        if min(self.topk, self.eval_every, self.eval_n, self.eval_max_tokens, self.threads, self.save_every) < 0:
-            raise ValueError("topk, eval_every, eval_n, eval_max_tokens, threads and save_every must be >= 0")
+        if min(self.eval_every, self.eval_n, self.eval_max_tokens, self.threads, self.save_every) < 0:
+            raise ValueError("eval_every, eval_n, eval_max_tokens, threads and save_every must be >= 0")
         if not self.temperature > 0 or not self.lr > 0 or self.max_grad_norm < 0 or self.weight_decay < 0:
             raise ValueError("temperature and lr must be > 0; max_grad_norm and weight_decay >= 0")
         if (self.prompts * self.group) % self.micro_batch:
@@ -179,6 +179,23 @@ def greedy_completions(model, tok, prompts: list[list[dict]], max_new: int, batc
     return out
 
 
+def load_tokenizer(model_dir):  # noqa: ANN001
+    """The model's tokenizer (its own chat template), padding with EOS when it has no pad token."""
+    from transformers import AutoTokenizer  # noqa: PLC0415
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def lora_config(rank: int, alpha: int):
+    """The card's LoRA: every linear layer (not the LM head), no dropout."""
+    from peft import LoraConfig  # noqa: PLC0415
+
+    return LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
+
+
 def eos_token_ids(tok, model_dir) -> list[int]:  # noqa: ANN001
     from transformers import GenerationConfig  # noqa: PLC0415
 
@@ -249,8 +266,6 @@ def run_card(cfg: CardConfig, reward: Callable | None = None, sampler: Any = Non
     import trl  # noqa: PLC0415
     from accelerate import PartialState  # noqa: PLC0415
     from datasets import Dataset  # noqa: PLC0415
-    from peft import LoraConfig  # noqa: PLC0415
-    from transformers import AutoTokenizer  # noqa: PLC0415
     from trl import GRPOConfig  # noqa: PLC0415
 
     from spectrum_rft.training.models import resolve_model_dir  # noqa: PLC0415
@@ -274,9 +289,7 @@ def run_card(cfg: CardConfig, reward: Callable | None = None, sampler: Any = Non
         model_dir, prov = resolve_model_dir(cfg.model, cfg.cache_dir)
     except (OSError, RuntimeError, KeyError, ValueError) as e:
         raise CardSetupError(f"{type(e).__name__}: {e}") from e
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
+    tok = load_tokenizer(model_dir)
     eos_ids = eos_token_ids(tok, model_dir)
     decoding = {"greedy": True, "temperature": 0, "max_tokens": cfg.eval_max_tokens or cfg.max_tokens,
                 "stop": eos_ids, "sampler": "transformers generate"}
@@ -310,8 +323,7 @@ def run_card(cfg: CardConfig, reward: Callable | None = None, sampler: Any = Non
                       vllm_mode="colocate", disable_tqdm=True, shuffle_dataset=False,
                       gradient_checkpointing=cfg.gradient_checkpointing)
     model = load_model(model_dir)
-    lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=0.0, target_modules="all-linear",
-                      task_type="CAUSAL_LM")
+    lora = lora_config(cfg.lora_rank, cfg.lora_alpha)
     rows = train_rows(train, cfg.steps * cfg.prompts, cfg.seed)
     trainer = ScoreCentringGRPOTrainer(
         model=model, args=args, train_dataset=Dataset.from_list(rows),

@@ -20,7 +20,8 @@ import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from statistics import mean
+
+from spectrum_rft.common.stats import mean
 
 SIGNALS = ("reward", "loss", "grad_norm", "logprob_gap", "entropy", "centring_l1", "step_time")  # TRL log keys
 VALIDATE_MAX_DROP = 2.0
@@ -88,17 +89,12 @@ def load_run(path: str | Path) -> Run:
     return run
 
 
-def _mean_or_none(values: list) -> float | None:
-    got = [float(v) for v in values if v is not None]
-    return mean(got) if got else None
-
-
 def summarise(runs: list[Run]) -> dict:
     """Per-run and per-arm numbers (points), plus the pairing of baseline and treatment arms."""
     per_run = [{"run": str(r.path), "arm": r.arm, "seed": r.seed, "peak": r.peak, "final": r.final,
                 "drop": r.drop, "peak_step": max(r.scores, key=lambda x: x[1])[0], "final_step": r.scores[-1][0],
                 "steps_logged": len(r.metrics),
-                "mean_step_seconds": _mean_or_none([m.get("step_time") for m in r.metrics]),
+                "mean_step_seconds": mean(m.get("step_time") for m in r.metrics),
                 "problems": r.problems} for r in runs if r.evals]
     arms: dict[str, dict] = {}
     for row in per_run:

@@ -31,8 +31,10 @@ log q(y)|, ``entropy`` of p, ``ratio_dev`` |p/q - 1| and ``mean_w_y`` (trained t
 ``n_trained_tokens`` (tokens with a non-zero advantage). TRL logs ``grad_norm``, ``reward``,
 ``frac_reward_zero_std``.
 
-Gradient probe: ``trainer.compute_loss(trainer.model, inputs).backward()`` on one batch of inputs (the
-dict TRL's generation step makes) leaves this loss's gradient in the LoRA parameters' ``.grad``.
+Gradient probe: :func:`probe_trainer` builds a trainer for a model outside any training run and
+:func:`loss_and_gradient` runs ``compute_loss(...).backward()`` on one batch of inputs (the dict TRL's
+generation step makes): the loss value and the flattened gradient (``scripts/grad_probe.py``, the bench,
+the tests).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from collections import defaultdict
 from typing import Any, Callable
 
 import torch
-from trl import GRPOTrainer
+from trl import GRPOConfig, GRPOTrainer
 
 from spectrum_rft.training import loss as L
 from spectrum_rft.training.sc_options import check_loss_options
@@ -105,40 +107,39 @@ class ScoreCentringGRPOTrainer(GRPOTrainer):
             v = vllm_lq[mask].float()
             lq_y = torch.where(torch.isnan(v), lp_y, v)
         kind, sc = self.loss_kind, self.score_centering
+        trained = adv != 0  # the centring term's size is logged on these tokens only
         if self.topk and sc:
             head_logq, head_ids = lq.topk(min(self.topk, lq.size(-1)), dim=-1)
             per_tok = L.token_loss_topk(lp, lq_y, head_ids, head_logq, tokens, adv, kind, True)
-            cl1 = L.centring_logit_l1(lp, kind, head_ids=head_ids, head_logq=head_logq)
+            cl1 = L.centring_logit_l1(lp[trained], kind, head_ids=head_ids[trained], head_logq=head_logq[trained])
         elif sc:
             per_tok = L.token_loss_full(lp, lq, tokens, adv, kind, True)
-            cl1 = L.centring_logit_l1(lp, kind, sampler_logp=lq)
+            cl1 = L.centring_logit_l1(lp[trained], kind, sampler_logp=lq[trained])
         else:  # uncentred: only log q(y) enters (the head is unused), so vLLM's value serves
             per_tok = L.token_loss_topk(lp, lq_y, tokens.unsqueeze(-1), lq_y.unsqueeze(-1), tokens, adv, kind, False)
-            cl1 = (L.centring_logit_l1(lp, kind, sampler_logp=lq) if vllm_lq is None
-                   else torch.full_like(lp_y, float("nan")))
+            # what centring would change here; unknown with vLLM (its q is only the sampled token's)
+            cl1 = L.centring_logit_l1(lp[trained], kind, sampler_logp=lq[trained]) if vllm_lq is None else None
         normaliser = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
         if model.training:  # TRL's dapo scaling: the batch's token mean across accumulation steps
             normaliser = normaliser * self.current_gradient_accumulation_steps / self.args.steps_per_generation
         loss = per_tok.sum() / normaliser
-        self._record(lp, lp_y, lq_y, adv, cl1)
+        self._record(lp, lp_y, lq_y, trained, cl1)
         return loss
 
-    def _record(self, lp, lp_y, lq_y, adv, cl1) -> None:  # noqa: ANN001
+    def _record(self, lp, lp_y, lq_y, trained, cl1) -> None:  # noqa: ANN001
         with torch.no_grad():
             s = self.loss_stats
             lpd = lp.detach()
             s["n_tokens"] += lp_y.numel()
             s["logprob_gap"] += float((lp_y - lq_y).abs().sum())
             s["entropy"] += float(-(torch.where(torch.isfinite(lpd), lpd.exp() * lpd, torch.zeros_like(lpd))).sum())
-            trained = adv != 0
             s["n_trained_tokens"] += int(trained.sum())
             ratio = torch.exp(torch.clamp(lp_y - lq_y, -L.LOG_RATIO_CLIP, L.LOG_RATIO_CLIP))[trained]  # as the loss clips
             s["ratio_dev"] += float((ratio - 1).abs().sum())
             s["mean_w_y"] += float(L.importance_weight(self.loss_kind, ratio).sum())
-            c = cl1[trained]
-            if not bool(torch.isnan(c).any()):
-                s["centring_l1"] += float(c.sum())
-                s["n_centring"] += int(c.numel())
+            if cl1 is not None:
+                s["centring_l1"] += float(cl1.sum())
+                s["n_centring"] += int(cl1.numel())
 
     # ---- logging ---------------------------------------------------------------------------------
 
@@ -156,3 +157,31 @@ class ScoreCentringGRPOTrainer(GRPOTrainer):
                     **{k: v / d for k, (v, d) in means.items() if d}}  # no trained token: no ratio to log
             self.loss_stats.clear()
         super().log(logs, *args, **kwargs)
+
+
+def _no_reward(completions: list, **_: Any) -> list[float]:
+    return [0.0] * len(completions)
+
+
+def probe_trainer(model, tok, output_dir: str, *, temperature: float = 1.0, trl_loss: bool = False,
+                  **loss_kw: Any) -> GRPOTrainer:
+    """A trainer around ``model`` only for calling ``compute_loss`` on batches of one's own (no data, no
+    reward): ours with ``loss_kw`` (loss_kind, score_centering, topk, sampler), or with ``trl_loss`` TRL's
+    own GRPO loss (``dapo``). CPU, float32."""
+    from datasets import Dataset  # noqa: PLC0415
+
+    args = GRPOConfig(output_dir=str(output_dir), use_cpu=True, bf16=False, per_device_train_batch_size=2,
+                      num_generations=2, report_to=[], temperature=temperature, loss_type="dapo")
+    kw = dict(model=model, args=args, processing_class=tok, train_dataset=Dataset.from_list([{"prompt": "x"}] * 2),
+              reward_funcs=[_no_reward])
+    return GRPOTrainer(**kw) if trl_loss else ScoreCentringGRPOTrainer(**kw, **loss_kw)
+
+
+def loss_and_gradient(trainer: GRPOTrainer, model, inputs: dict) -> tuple[float, torch.Tensor]:
+    """One ``compute_loss`` + backward in eval mode (no accumulation scaling: the normaliser is the batch's
+    token count): the loss and the trainable parameters' gradient, flattened (a copy)."""
+    model.zero_grad(set_to_none=True)
+    model.eval()
+    loss = trainer.compute_loss(model, inputs)
+    loss.backward()
+    return float(loss.detach()), torch.cat([q.grad.flatten() for q in model.parameters() if q.grad is not None]).clone()
