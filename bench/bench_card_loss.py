@@ -32,18 +32,13 @@ def main() -> None:
     args = ap.parse_args()
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     import torch
-    from peft import get_peft_model
 
     from spectrum_rft.training import card as C
-    from spectrum_rft.training.models import resolve_model_dir
     from spectrum_rft.training.sc_grpo import loss_and_gradient, probe_trainer
-    from spectrum_rft.training.trl_common import load_model
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    model_dir, _ = resolve_model_dir("smollm2", C.CardConfig.cache_dir)
-    tok = C.load_tokenizer(model_dir)
-    model = get_peft_model(load_model(model_dir), C.lora_config(32, 32))
+    model, tok = C.lora_model("smollm2", rank=32, alpha=32)
     V = model.config.vocab_size
     B, P, T = args.batch, args.prompt, args.completion
     g = torch.Generator().manual_seed(0)

@@ -36,17 +36,11 @@ def main() -> None:
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    from peft import get_peft_model
-
     from spectrum_rft.training import card as C
     from spectrum_rft.training import gsm8k as gsm
-    from spectrum_rft.training.models import resolve_model_dir
     from spectrum_rft.training.sc_grpo import loss_and_gradient, probe_trainer
-    from spectrum_rft.training.trl_common import load_model
 
-    model_dir, _ = resolve_model_dir("smollm2", C.CardConfig.cache_dir)
-    tok = C.load_tokenizer(model_dir)
-    model = get_peft_model(load_model(model_dir), C.lora_config(32, 32))
+    model, tok = C.lora_model("smollm2", rank=32, alpha=32)
     items = gsm.load_split("train", args.data)[:args.prompts]
     tok.padding_side = "left"
     texts = [tok.apply_chat_template(C.chat_prompt(it), add_generation_prompt=True, tokenize=False)

@@ -196,6 +196,16 @@ def lora_config(rank: int, alpha: int):
     return LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
 
 
+def lora_model(model: str = "smollm2", cache_dir: str = CardConfig.cache_dir, rank: int = 32, alpha: int = 32):
+    """(a fresh LoRA-wrapped model, its tokenizer) outside any run: for probes and benches of the loss."""
+    from peft import get_peft_model  # noqa: PLC0415
+
+    from spectrum_rft.training.models import resolve_model_dir  # noqa: PLC0415
+
+    model_dir, _ = resolve_model_dir(model, cache_dir)
+    return get_peft_model(load_model(model_dir), lora_config(rank, alpha)), load_tokenizer(model_dir)
+
+
 def eos_token_ids(tok, model_dir) -> list[int]:  # noqa: ANN001
     from transformers import GenerationConfig  # noqa: PLC0415
 
