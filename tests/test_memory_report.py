@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -10,16 +11,21 @@ import pytest
 from spectrum_rft.training import memory_report as M
 
 
-def run_dir(path: Path, mode: str, seed: int, carry: list[float], gain: list[float]) -> Path:
+def run_dir(path: Path, mode: str, seed: int, carry: list[float], gain: list[float],
+            echo: list[float] | None = None) -> Path:
     path.mkdir(parents=True)
     arm = {"scaffold": "weak-scaffold", "scrambled": "weak-scrambled"}[mode]
     (path / "config.json").write_text(json.dumps({"arm": arm, "memory_mode": mode, "seed": seed}))
+    echo = echo or carry
     lines, metrics = [], []
-    for step, (c, g) in enumerate(zip(carry, gain)):
+    for step, (c, g, e) in enumerate(zip(carry, gain, echo)):
         for k in range(4):
             lines.append({"step": step, "row_id": f"r{step}", "scan": 3 + k, "reward": 0.15 + g,
-                          "gain_vs_memoryless": g, "carry_rate": c, "scans_skipped": 0,
+                          "gain_vs_memoryless": g, "carry_rate": c, "echo_copy": e, "scans_skipped": 0,
                           "late_mean": None if k < 2 else 0.15 + g})
+        # a skipped report: in the format's curves, never in gain_valid / echo_copy
+        lines.append({"step": step, "row_id": f"r{step}", "scan": 2, "reward": 0.0, "gain_vs_memoryless": -0.15,
+                      "carry_rate": 0.0, "echo_copy": 0.0, "scans_skipped": 1, "late_mean": None})
         metrics.append({"step": step + 1, "reward": 0.15 + g, "frac_reward_zero_std": 0.5, "tools/call_frequency": 1.0})
     (path / "rollouts.jsonl").write_text("\n".join(map(json.dumps, lines)))
     (path / "metrics.jsonl").write_text("\n".join(map(json.dumps, metrics)))
@@ -30,18 +36,46 @@ def ramp(a: float, b: float, n: int = 9) -> list[float]:
     return [a + (b - a) * i / (n - 1) for i in range(n)]
 
 
-@pytest.mark.parametrize("real_end,expected", [(0.6, "learned"), (0.02, "not learned")])
-def test_verdict(tmp_path, capsys, real_end, expected):
-    runs = [run_dir(tmp_path / f"sc{s}", "scaffold", s, ramp(0.1, real_end + 0.02 * s), ramp(0.0, real_end / 4))
-            for s in (0, 1)]
-    runs += [run_dir(tmp_path / f"scr{s}", "scrambled", s, ramp(0.1, 0.1 + 0.03 * s), ramp(0.0, 0.01 * s))
-             for s in (0, 1)]
+def arms(tmp_path: Path, real_gain_end: list[float], real_echo_end: list[float], ctrl_gain_end: list[float]):
+    runs = [run_dir(tmp_path / f"sc{s}", "scaffold", s, ramp(0.1, 0.1), ramp(0.0, g), ramp(0.2, e))
+            for s, (g, e) in enumerate(zip(real_gain_end, real_echo_end))]
+    runs += [run_dir(tmp_path / f"scr{s}", "scrambled", s, ramp(0.0, 0.0), ramp(0.0, g), ramp(0.2, 0.2))
+             for s, g in enumerate(ctrl_gain_end)]
+    return runs
+
+
+def expected_delta(end: float, n: int = 9) -> float:
+    xs = ramp(0.0, end, n)
+    return sum(xs[-3:]) / 3 - sum(xs[:3]) / 3
+
+
+@pytest.mark.parametrize("real_gain,real_echo,ctrl_gain,expected", [
+    ([0.10, 0.12, 0.11], [0.5, 0.6, 0.4], [0.0, 0.01, -0.01], "learned"),
+    ([0.10, 0.12, 0.11], [0.5, 0.1, 0.4], [0.0, 0.01, -0.01], "inconclusive"),  # echo_copy falls in seed 1
+    ([0.02, -0.05, 0.08], [0.5, 0.6, 0.4], [0.0, 0.01, -0.01], "not learned"),  # within the seeds' noise
+    ([-0.02, -0.01, -0.03], [0.5, 0.6, 0.4], [0.0, 0.01, 0.0], "not learned"),  # below the control
+])
+def test_pre_registered_verdict(tmp_path, capsys, real_gain, real_echo, ctrl_gain, expected):
+    runs = arms(tmp_path, real_gain, real_echo, ctrl_gain)
     assert M.main([*map(str, runs), "--png", str(tmp_path / "c.png")]) == 0
     out = capsys.readouterr().out
-    assert f"verdict: {expected.upper()}" in out
+    assert f"verdict: {expected.upper()} (" in out
     assert (tmp_path / "c.png").stat().st_size > 10_000
-    run = M.load_run(runs[0])
+    v = M.verdict([M.load_run(r) for r in runs[:3]], [M.load_run(r) for r in runs[3:]])
+    diffs = [expected_delta(g) - expected_delta(c) for g, c in zip(real_gain, ctrl_gain)]
+    d = sum(diffs) / 3
+    se = math.sqrt(sum((x - d) ** 2 for x in diffs) / 2) / math.sqrt(3)
+    assert v["d"] == pytest.approx(d) and v["se"] == pytest.approx(se)
+    assert v["verdict"] == expected
+    assert f"d = {d:+.4f}" in out
+
+
+def test_curves_exclude_skipped_reports_from_gain_and_echo(tmp_path):
+    run = M.load_run(run_dir(tmp_path / "a", "scaffold", 0, ramp(0.1, 0.5), ramp(0.0, 0.1), ramp(0.3, 0.9)))
     assert run.steps == list(range(9)) and run.zero_std == [0.5] * 9
+    assert run.curves["gain_valid"] == pytest.approx(ramp(0.0, 0.1))
+    assert run.curves["echo_copy"] == pytest.approx(ramp(0.3, 0.9))
+    assert run.curves["valid"] == pytest.approx([0.8] * 9)
     carry = run.curves["carry_rate"]
     assert M.change(run, "carry_rate") == pytest.approx(sum(carry[-3:]) / 3 - sum(carry[:3]) / 3)
     assert run.curves["late_score"][0] == pytest.approx(0.15)
@@ -59,7 +93,7 @@ def test_one_seed_per_arm_is_inconclusive_however_large_the_difference(tmp_path,
     ctrl = run_dir(tmp_path / "b", "scrambled", 0, ramp(0.1, 0.1), ramp(0.0, 0.0))
     assert M.main([str(real), str(ctrl), "--png", "", "--json"]) == 0
     v = json.loads(capsys.readouterr().out)["verdict"]
-    assert v["verdict"] == "inconclusive" and "needs >= 2 seeds" in v["metrics"]["carry_rate"]["why"]
+    assert v["verdict"] == "inconclusive" and "needs >= 2 seeds" in v["why"]
 
 
 def test_heldout_table_names_each_model(tmp_path):

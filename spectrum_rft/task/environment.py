@@ -570,9 +570,11 @@ class SpectrumEnv:
             covered = sum(1 for f in fracs if f >= 0.5)
         now = sorted(centres)
         kept = sum(1 for p in s.prev_report if _near(now, p, self.config.carry_tolerance))
+        echo = self._echo or []  # the echo shown with this scan (what echo_copy compares in both arms)
+        echo_kept = sum(1 for e in echo if _near(now, e, self.config.carry_tolerance))
         s.records.append(
             sr.ScanRecord(s.scan + 1, reward, sc.occ, sc.avail, skipped, len(centres), len(dormant_seen), covered,
-                          len(s.prev_report), kept)
+                          len(s.prev_report), kept, len(echo), echo_kept)
         )
         s.seen.update(scan.detected)
         s.prev_report = now

@@ -208,6 +208,9 @@ class ScanRecord:
     dormant_covered: int  # ... of which the report covers >= half
     carry_prev: int  # regions in the previous report
     carry_kept: int  # ... of which this report keeps (within the carry tolerance)
+    echo_shown: int = 0  # centres of the memory echo shown with this scan (scaffold: the true previous report;
+    #                      scrambled: seeded random centres): the same quantity in both arms
+    echo_kept: int = 0  # ... of which this report reproduces (within the carry tolerance, half a width)
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__slots__}
@@ -237,6 +240,7 @@ def episode_metrics(records: Sequence[ScanRecord]) -> dict:
     early, late = halves(rewards)
     eligible = sum(r.dormant_eligible for r in records)
     prev = sum(r.carry_prev for r in records)
+    shown = sum(r.echo_shown for r in records)
     return {
         "score": _mean0(rewards),
         "mean_occ": _mean0([r.occ for r in records]),
@@ -248,6 +252,7 @@ def episode_metrics(records: Sequence[ScanRecord]) -> dict:
         "scans_skipped": sum(1 for r in records if r.skipped),
         "dormant_recall": (sum(r.dormant_covered for r in records) / eligible) if eligible else None,
         "carry_rate": (sum(r.carry_kept for r in records) / prev) if prev else None,
+        "echo_copy": (sum(r.echo_kept for r in records) / shown) if shown else None,
         "report_size": _mean0([r.report_size for r in records]),
     }
 

@@ -3,31 +3,42 @@
 Reads ``spectrum-rft train`` (TRL) run directories: ``config.json`` (arm, memory mode, seed) and
 ``rollouts.jsonl`` (one line per completion, the env's own numbers). Per run and step: the score (the
 reward), the late-half score (rollouts of scans in the episode's second half), ``gain_vs_memoryless``
-(score minus the memoryless policy's on the same scan), ``carry_rate`` (share of the previous report's
-regions kept), the valid-report rate and ``gain_valid`` (the gain over memoryless among valid reports
-only: memory use with the format failures taken out); from TRL's ``metrics.jsonl``: the share of groups with zero reward
-variance (no learning signal) and the tool-call frequency. Each run's change is its last third of steps
-minus its first third.
+(score minus the memoryless policy's on the same scan), ``gain_valid`` (that gain among valid reports only:
+memory use with the format failures taken out), ``echo_copy`` (valid reports: the share of the echoed
+centres the report reproduces within half a width; the same quantity in both arms, unlike ``carry_rate``,
+which compares with the true previous report the control never sees), ``carry_rate`` and the valid-report
+rate; from TRL's ``metrics.jsonl``: the share of groups with zero reward variance (no learning signal) and
+the tool-call frequency.
 
-Verdict (per metric, carry_rate and gain_vs_memoryless): **learned** when every real-arm seed's change
-exceeds every control seed's change by more than the seed-to-seed spread (the larger within-arm range of
-changes) and the real arm ends with a positive gain over memoryless; at least 2 seeds per arm; **not learned** when the real arm's
-changes lie within the control's range or below it; **inconclusive** otherwise. Held-out evaluations
-(``--heldout NAME=SUMMARY.json``, from ``spectrum-rft eval --json``) are tabulated beside it.
+**The verdict rule** (issue 19, fixed before the runs it judges):
+
+* per run, delta = mean over the last third of its steps minus mean over the first third, for
+  ``gain_valid`` and for ``echo_copy``;
+* d = the real arm's mean delta gain_valid minus the control's; SE = the standard error of that difference
+  across seeds: the seeds that ran in both arms are paired (one seed = the same rows in the same order in
+  both arms), SE = sd(per-seed differences) / sqrt(n);
+* **LEARNED** if d > 2 SE and the real arm's delta echo_copy is positive in every seed; **NOT LEARNED** if
+  d <= 2 SE (the real arm's delta gain within that noise of the control's, or below it); **INCONCLUSIVE**
+  otherwise (d > 2 SE without a rising echo_copy in every real seed), and whenever fewer than 2 seeds ran
+  in both arms.
+
+Held-out evaluations (``--heldout NAME=SUMMARY.json``, from ``spectrum-rft eval --json``) are tabulated
+beside it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from spectrum_rft.common.stats import mean
+from spectrum_rft.common.stats import mean, stdev
 
-CURVES = ("score", "late_score", "gain_vs_memoryless", "gain_valid", "carry_rate", "valid")
-VERDICT_METRICS = ("carry_rate", "gain_vs_memoryless")
+CURVES = ("score", "late_score", "gain_vs_memoryless", "gain_valid", "echo_copy", "carry_rate", "valid")
+GAIN, ECHO = "gain_valid", "echo_copy"  # the verdict's two metrics
 
 
 @dataclass
@@ -59,6 +70,7 @@ def load_run(path: Path) -> TrlRun:
         curves["late_score"].append(mean(r["reward"] for r in rs if r.get("late_mean") is not None))
         curves["gain_vs_memoryless"].append(mean(r.get("gain_vs_memoryless") for r in rs))
         curves["gain_valid"].append(mean(r.get("gain_vs_memoryless") for r in rs if not r.get("scans_skipped")))
+        curves["echo_copy"].append(mean(r.get("echo_copy") for r in rs if not r.get("scans_skipped")))
         curves["carry_rate"].append(mean(r.get("carry_rate") for r in rs))
         curves["valid"].append(mean(1.0 - float(r.get("scans_skipped") or 0) for r in rs))
     logged = {}
@@ -85,29 +97,31 @@ def change(run: TrlRun, metric: str) -> float | None:
 
 
 def verdict(real: list[TrlRun], control: list[TrlRun]) -> dict:
-    out: dict = {"metrics": {}}
-    for metric in VERDICT_METRICS:
-        rc = [c for c in (change(r, metric) for r in real) if c is not None]
-        cc = [c for c in (change(r, metric) for r in control) if c is not None]
-        if len(rc) < 2 or len(cc) < 2:
-            out["metrics"][metric] = {"verdict": "inconclusive", "real_changes": rc, "control_changes": cc,
-                                      "why": f"needs >= 2 seeds per arm with values (real {len(rc)}, control {len(cc)})"}
-            continue
-        spread = max(max(rc) - min(rc), max(cc) - min(cc))
-        margin = min(rc) - max(cc)
-        late_gain = mean(thirds(r.curves["gain_vs_memoryless"])[1] for r in real)
-        if margin > spread and (late_gain or 0.0) > 0:
-            v, why = "learned", f"every real seed rose by more than every control seed, margin {margin:+.3f} > spread {spread:.3f}"
-        elif max(rc) <= max(cc):
-            v, why = "not learned", f"the real arm's changes ({', '.join(f'{c:+.3f}' for c in rc)}) are within or below the control's ({', '.join(f'{c:+.3f}' for c in cc)})"
-        else:
-            v, why = "inconclusive", f"margin {margin:+.3f} vs seed spread {spread:.3f}; late gain over memoryless {late_gain:+.3f}"
-        out["metrics"][metric] = {"verdict": v, "why": why, "real_changes": rc, "control_changes": cc,
-                                  "spread": spread, "margin": margin}
-    verdicts = {m["verdict"] for m in out["metrics"].values()}
-    out["verdict"] = "learned" if verdicts == {"learned"} else "not learned" if verdicts == {"not learned"} \
-        else "inconclusive"
-    return out
+    """The pre-registered rule (module docstring), with every number it used."""
+    by_seed = {r.seed: r for r in control}
+    pairs = [(r, by_seed[r.seed]) for r in sorted(real, key=lambda r: r.seed) if r.seed in by_seed]
+    rows = [{"seed": r.seed, "real_delta_gain": change(r, GAIN), "control_delta_gain": change(c, GAIN),
+             "real_delta_echo_copy": change(r, ECHO), "control_delta_echo_copy": change(c, ECHO)} for r, c in pairs]
+    rows = [x for x in rows if x["real_delta_gain"] is not None and x["control_delta_gain"] is not None]
+    out: dict = {"rule": "LEARNED if d > 2 SE and real delta echo_copy > 0 in every seed; NOT LEARNED if d <= 2 SE",
+                 "seeds": rows}
+    if len(rows) < 2:
+        return {**out, "verdict": "inconclusive",
+                "why": f"needs >= 2 seeds that ran in both arms (have {len(rows)})"}
+    diffs = [x["real_delta_gain"] - x["control_delta_gain"] for x in rows]
+    d = mean(diffs)
+    se = stdev(diffs) / math.sqrt(len(diffs))
+    echo_up = all((x["real_delta_echo_copy"] or 0.0) > 0 for x in rows)
+    out.update(d=d, se=se, threshold=2 * se, echo_copy_rises_in_every_real_seed=echo_up,
+               real_mean_delta_gain=mean(x["real_delta_gain"] for x in rows),
+               control_mean_delta_gain=mean(x["control_delta_gain"] for x in rows))
+    if d > 2 * se and echo_up:
+        v, why = "learned", f"d = {d:+.4f} > 2 SE = {2 * se:.4f}, and echo_copy rose in every real seed"
+    elif d <= 2 * se:
+        v, why = "not learned", f"d = {d:+.4f} <= 2 SE = {2 * se:.4f}: the real arm's gain moved within the noise of the control's (or below it)"
+    else:
+        v, why = "inconclusive", f"d = {d:+.4f} > 2 SE = {2 * se:.4f}, but echo_copy did not rise in every real seed"
+    return {**out, "verdict": v, "why": why}
 
 
 def plot(runs: list[TrlRun], path: Path) -> Path:
@@ -118,9 +132,9 @@ def plot(runs: list[TrlRun], path: Path) -> Path:
 
     panels = [("score", "score (env reward)"), ("gain_vs_memoryless", "score - memoryless, same scan"),
               ("gain_valid", "score - memoryless, valid reports only"),
+              ("echo_copy", "echo_copy (echoed centres reproduced, valid)"),
               ("carry_rate", "carry_rate (previous report kept)"), ("valid", "valid reports"),
-              ("late_score", "late-half score"), ("zero_std", "groups with zero reward variance"),
-              ("call_freq", "tool calls per completion")]
+              ("zero_std", "groups with zero reward variance"), ("call_freq", "tool calls per completion")]
     fig, axes = plt.subplots(2, 4, figsize=(19, 8))
     colours = {"scaffold": "tab:blue", "scrambled": "tab:red"}
     for ax, (key, title) in zip(axes.flat, panels):
@@ -189,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
             entry[k] = {"first_third": first, "last_third": last, "change": change(r, k)}
         result["runs"].append(entry)
     result["verdict"] = verdict(real, control) if real and control else {
-        "verdict": "inconclusive", "metrics": {}, "why": "needs runs of both arms (scaffold and scrambled)"}
+        "verdict": "inconclusive", "seeds": [], "why": "needs runs of both arms (scaffold and scrambled)"}
     png = Path(a.png) if a.png else Path(a.runs[0]).resolve().parent / "memory_curves.png"
     result["png"] = str(plot(runs, png)) if a.png != "" else None
     if a.json:
@@ -207,9 +221,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {e['arm']:<16} s{e['seed']:<3} {e['steps']:>3} steps  zero-variance {fmt(e['zero_std_mean'], 2)}"
               f"  calls {fmt(e['call_freq_mean'], 2)}")
     v = result["verdict"]
-    print(f"\nverdict: {v['verdict'].upper()}")
-    for metric, m in v.get("metrics", {}).items():
-        print(f"  {metric}: {m['verdict']} ({m['why']})")
+    print("\nverdict rule (pre-registered): per run delta = last third - first third of its steps; d = real mean "
+          "delta gain_valid - control's, SE over paired seeds; LEARNED if d > 2 SE and real delta echo_copy > 0 in "
+          "every seed; NOT LEARNED if d <= 2 SE; else INCONCLUSIVE")
+    for x in v.get("seeds", []):
+        print(f"  seed {x['seed']}: delta gain_valid real {fmt(x['real_delta_gain'], 4)} control "
+              f"{fmt(x['control_delta_gain'], 4)}; delta echo_copy real {fmt(x['real_delta_echo_copy'], 4)} control "
+              f"{fmt(x['control_delta_echo_copy'], 4)}")
+    if "d" in v:
+        print(f"  d = {v['d']:+.4f}, SE = {v['se']:.4f}, 2 SE = {v['threshold']:.4f}; echo_copy rises in every real "
+              f"seed: {v['echo_copy_rises_in_every_real_seed']}")
+    print(f"verdict: {v['verdict'].upper()} ({v['why']})")
     if held:
         print("\nheld-out evaluation (spectrum-rft eval, whole episodes):")
         print(f"{'checkpoint':<28}{'rows':>5}{'score':>8}{'mem_gain':>10}{'dormant':>9}{'skipped':>10}")

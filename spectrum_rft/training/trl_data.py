@@ -20,7 +20,7 @@ from typing import Any
 from spectrum_rft.rollouts.dataset import make_rows
 from spectrum_rft.task.environment import get_preset
 from spectrum_rft.task.seeding import seed_for_row
-from spectrum_rft.training.trl_env import SCAN_EPISODE_MODES, memoryless_report, tool_env_class, tool_names
+from spectrum_rft.training.trl_env import SCAN_EPISODE_MODES, memoryless_report, scan_prompt, tool_env_class, tool_names
 
 EPISODES = ("scan", "full")
 FINAL_REPLY = "Done."  # what the SFT data answers after the rollout's last tool result
@@ -48,9 +48,10 @@ def scan_of_row(row_id: str, salt: str, n_scans: int) -> int:
 
 
 def grpo_rows(n: int, *, prompt: str, memory_mode: str, preset: str = "default", reward: str = "default",
-              salt: str = "", prefix: str = "trl", episode: str | None = None) -> list[dict]:
+              salt: str = "", prefix: str = "trl", episode: str | None = None, scan_in_prompt: bool = False) -> list[dict]:
     """``n`` rows, each a fresh band: ``prompt`` (system message + an empty user message that TRL completes
-    with ``reset``'s scan text), ``row_id``, ``scan`` (0: the whole episode), ``environment_context``."""
+    with ``reset``'s scan text; ``scan_in_prompt``: the scan text already in it, for a sampler without a
+    TRL environment), ``row_id``, ``scan`` (0: the whole episode), ``environment_context``."""
     episode = episode_for(memory_mode, episode)
     n_scans = get_preset(preset).n_scans
     out = []
@@ -60,6 +61,8 @@ def grpo_rows(n: int, *, prompt: str, memory_mode: str, preset: str = "default",
                     "row_id": r["id"],
                     "scan": scan_of_row(r["id"], salt, n_scans) if episode == "scan" else 0,
                     "environment_context": r["environment_context"]})
+        if scan_in_prompt:
+            out[-1]["prompt"] = scan_prompt(out[-1])
     return out
 
 

@@ -60,7 +60,7 @@ from spectrum_rft.common.stats import mean
 from spectrum_rft.task.environment import SpectrumEnv, env_for_row
 from spectrum_rft.task.scan_format import parse_scan
 
-LOGGED_METRICS = ("score", "late_mean", "memory_gain", "dormant_recall", "carry_rate", "scans_skipped",
+LOGGED_METRICS = ("score", "late_mean", "memory_gain", "dormant_recall", "carry_rate", "echo_copy", "scans_skipped",
                   "gain_vs_memoryless")
 SCAN_EPISODE_MODES = ("none", "scaffold", "scrambled")  # memory that travels inside the scan text only
 
@@ -99,6 +99,7 @@ def scan_metrics(env: SpectrumEnv, scan: int, reference: float | None = None) ->
         report_size=rec["report_size"] if rec else 0,
         dormant_recall=(rec["dormant_covered"] / rec["dormant_eligible"]) if rec and rec["dormant_eligible"] else None,
         carry_rate=(rec["carry_kept"] / rec["carry_prev"]) if rec and rec["carry_prev"] else None,
+        echo_copy=(rec["echo_kept"] / rec["echo_shown"]) if rec and rec["echo_shown"] else None,
         memoryless_reward=reference,
         gain_vs_memoryless=None if reference is None else reward - reference,
     )
@@ -220,6 +221,30 @@ class SpectrumToolEnv:
         if (res.advanced or res.skipped) and not env.done and not self._scan:
             return f"{res.content}\n\n{env.observation()['prompt']}"
         return res.content
+
+
+def scan_prompt(row: dict) -> list[dict]:
+    """The row's prompt with the first scan's text in its last user message: what the model reads when no
+    TRL environment appends it (``spectrum-rft train --sampler group``); byte for byte the env path's."""
+    env = tool_env_class(row["environment_context"]["memory_mode"])()
+    obs = env.reset(**row)
+    *head, last = row["prompt"]
+    return [*head, {**last, "content": last["content"] + obs}]
+
+
+def judge(row: dict, message: dict | None) -> SpectrumToolEnv:
+    """A fresh env for ``row`` (the same band and scan as every other completion of the row) that has judged
+    the completion ``message`` (an assistant message as TRL parses it: ``tool_calls`` in order, each one
+    model turn, as on the env path). A completion without tool calls leaves the scan unreported (skipped,
+    scored as an empty report). The env alone scores; nothing is read from the text but the calls."""
+    env = tool_env_class(row["environment_context"]["memory_mode"])()
+    env.reset(**{k: v for k, v in row.items() if k != "prompt"})
+    for call in (message or {}).get("tool_calls") or []:
+        fn = call.get("function", call) if isinstance(call, dict) else {}
+        env._call(str(fn.get("name", "")), fn.get("arguments", {}))  # the env refuses bad input with a message
+        if env.done:
+            break
+    return env
 
 
 class SpectrumNotepadToolEnv(SpectrumToolEnv):

@@ -18,6 +18,7 @@ fingerprint, score and memory metrics), ``adapter/`` (LoRA) and ``model/`` (merg
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -25,12 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from spectrum_rft.task.arms import ARMS
-from spectrum_rft.task.environment import EnvConfig, get_preset
+from spectrum_rft.task.environment import EnvConfig, get_preset, tool_schemas
 from spectrum_rft.training.provenance import append_jsonl, code_revision, write_json
 from spectrum_rft.training.trl_common import (load_model, log_callback, parse_or_say, portable_path,
                                               save_model, start_record)
-from spectrum_rft.training.trl_data import episode_for, grpo_rows, sft_conversation
-from spectrum_rft.training.trl_env import spectrum_reward, tool_env_class
+from spectrum_rft.training.sampler import GroupSampler, tool_call_grammar
+from spectrum_rft.training.trl_data import episode_for, grpo_rows, sft_conversation, tool_schemas_of
+from spectrum_rft.training.trl_env import judge, spectrum_reward, tool_env_class
 
 
 @dataclass
@@ -89,6 +91,10 @@ class SftConfig(Common):
                 raise ValueError(f"{name} must be >= 1")
 
 
+SAMPLERS = ("trl", "group")
+COMPLETION_CHARS = 2000  # a completion's text kept in rollouts.jsonl (bounded: a runaway reply stays readable)
+
+
 @dataclass
 class GrpoConfig(Common):
     steps: int = 40
@@ -101,6 +107,8 @@ class GrpoConfig(Common):
     lr: float = 1e-4
     save_every: int = 0  # a TRL checkpoint (LoRA, optimiser, RNG) every N steps, the last 2 kept (0: none)
     resume: bool = False  # go on from OUT's newest checkpoint (none there: start afresh)
+    sampler: str = "trl"  # trl: TRL's generation + the TRL environment (retries within the call budget); group: one prefill per group, one model turn per scan episode (spectrum_rft.training.sampler)
+    constrained: bool = False  # tool calls sampled under the grammar of the env's tool_schemas() (always well formed)
 
     def check(self) -> None:
         super().check()
@@ -113,6 +121,17 @@ class GrpoConfig(Common):
             raise ValueError("group must be >= 2 (GRPO compares completions of a row)")
         if not self.temperature > 0:
             raise ValueError("temperature must be > 0")
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"unknown sampler {self.sampler!r}; choose one of {', '.join(SAMPLERS)}")
+        if self.sampler == "group":
+            if self.use_vllm:
+                raise ValueError("--sampler group generates with transformers; with --use-vllm keep --sampler trl "
+                                 "(--constrained then uses vLLM's structured outputs)")
+            if episode_for(self.mode, self.episode or None) != "scan":
+                raise ValueError("--sampler group plays one model turn per rollout: scan episodes only")
+        elif self.constrained and not self.use_vllm:
+            raise ValueError("--constrained needs --sampler group (transformers) or --use-vllm (vLLM's structured "
+                             "outputs)")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -218,20 +237,47 @@ def sft_main(argv: list[str] | None = None) -> int:
 # --------------------------------------------------------------------------------------------------
 
 
+def _completion_text(completion: Any) -> str:
+    """A completion as text (TRL passes chat completions as message lists)."""
+    if isinstance(completion, list):
+        return "".join(str(m.get("content") or "") + "".join(
+            f"<tool_call>{json.dumps(c.get('function', c), default=str)}</tool_call>" for c in m.get("tool_calls") or [])
+            for m in completion if isinstance(m, dict) and m.get("role") == "assistant")
+    return str(completion)
+
+
+def _calls(completion: Any) -> list[dict]:
+    """The tool calls of a completion, as TRL parsed them (name and arguments)."""
+    if not isinstance(completion, list):
+        return []
+    return [c.get("function", c) for m in completion if isinstance(m, dict) for c in m.get("tool_calls") or []]
+
+
 def make_reward(path: Path):
     """The reward function TRL calls: :func:`spectrum_reward`, plus one ``rollouts.jsonl`` line per
-    completion (the run's record of what each candidate scored, on which band)."""
+    completion (the run's record of what each candidate wrote and scored, on which band). With a TRL
+    environment (``environments``) the envs have judged the calls already; without one (``--sampler
+    group``) each completion is judged here by a fresh env of its row (:func:`judge`)."""
 
-    def spectrum(environments, trainer_state=None, log_metric=None, log_extra=None, **_: Any) -> list[float]:
+    def spectrum(environments=None, completions=None, trainer_state=None, log_metric=None, log_extra=None,
+                 **columns: Any) -> list[float]:
         step = trainer_state.global_step if trainer_state is not None else None
+        completions = completions or []
+        if environments is None:
+            keys = ("row_id", "scan", "environment_context")
+            rows = [{k: columns[k][i] for k in keys} for i in range(len(completions))]
+            environments = [judge(row, next((m for m in c if m.get("role") == "assistant"), None)
+                                  if isinstance(c, list) else None) for row, c in zip(rows, completions)]
 
         def record(ms: list[dict]) -> None:
-            for m in ms:
+            for i, m in enumerate(ms):
+                c = completions[i] if i < len(completions) else None
                 append_jsonl(path, {"step": step, "row_id": m["row_id"], "scan": m["scan"], "reward": float(m["score"]),
                                     **{k: m.get(k) for k in ("band_fingerprint", "score", "late_mean", "early_mean",
-                                                             "carry_rate", "dormant_recall", "scans_skipped",
+                                                             "carry_rate", "echo_copy", "dormant_recall", "scans_skipped",
                                                              "memoryless_reward", "gain_vs_memoryless",
-                                                             "report_size", "faults")}})
+                                                             "report_size", "faults")},
+                                    "calls": _calls(c), "completion": _completion_text(c)[:COMPLETION_CHARS]})
 
         return spectrum_reward(environments, log_metric=log_metric, log_extra=log_extra, on_metrics=record)
 
@@ -249,7 +295,7 @@ def run_train(cfg: GrpoConfig) -> dict:
     # every step consumes prompts x processes rows: enough fresh bands that no row is ever replayed
     rows = grpo_rows(cfg.steps * cfg.prompts * PartialState(cpu=cfg.use_cpu).num_processes, prompt=ARMS[cfg.arm].prompt,
                      memory_mode=cfg.mode, preset=cfg.preset, reward=cfg.reward, salt=cfg.salt, prefix=f"grpo-s{cfg.seed}",
-                     episode=episode)
+                     episode=episode, scan_in_prompt=cfg.sampler == "group")
     calls = EnvConfig().max_calls_per_scan * (1 if episode == "scan" else get_preset(cfg.preset).n_scans)
     tok = _tokenizer(model_dir)
     args = GRPOConfig(output_dir=str(out / "trl"), use_cpu=cfg.use_cpu, per_device_train_batch_size=cfg.prompts * cfg.group,
@@ -258,12 +304,21 @@ def run_train(cfg: GrpoConfig) -> dict:
                       save_strategy="steps" if cfg.save_every else "no", save_steps=cfg.save_every or 1,
                       save_total_limit=2, seed=cfg.seed, bf16=cfg.bf16, max_tool_calling_iterations=calls,
                       use_vllm=cfg.use_vllm, vllm_mode="colocate", disable_tqdm=True, shuffle_dataset=False,
-                      gradient_checkpointing=cfg.gradient_checkpointing)
+                      gradient_checkpointing=cfg.gradient_checkpointing,
+                      generation_kwargs=({"structured_outputs": {"grammar": tool_call_grammar(tool_schemas(cfg.mode, cfg.preset))}}
+                                         if cfg.constrained and cfg.use_vllm else None))
     model = load_model(model_dir)
+    env_cls = tool_env_class(cfg.mode)
+    if cfg.sampler == "group":
+        sampler = GroupSampler(tok, tools=tool_schemas_of(env_cls()), grammar_tools=tool_schemas(cfg.mode, cfg.preset),
+                               constrained=cfg.constrained, max_new_tokens=cfg.max_completion_length,
+                               vocab_size=model.config.vocab_size)
+        generation = {"rollout_func": sampler}
+    else:
+        generation = {"environment_factory": env_cls}
     trainer = GRPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows),
                           reward_funcs=[make_reward(out / "rollouts.jsonl")], processing_class=tok,
-                          environment_factory=tool_env_class(cfg.mode), peft_config=_lora(cfg, model),
-                          callbacks=[log_callback(out / "metrics.jsonl")])
+                          peft_config=_lora(cfg, model), callbacks=[log_callback(out / "metrics.jsonl")], **generation)
     t0 = time.time()
     trainer.train(resume_from_checkpoint=str(ckpt[0]) if ckpt else None)
     save_model(trainer, tok, out)

@@ -1,0 +1,178 @@
+"""The GRPO sampler of scan episodes: one prefill per group and, optionally, tool calls that always parse.
+
+``spectrum-rft train --sampler group`` hands TRL 1.16's public ``rollout_func`` hook a
+:class:`GroupSampler`. TRL gives it the step's prompts, each repeated ``num_generations`` times in a row
+(its ``RepeatSampler``); the sampler renders each distinct prompt once with the chat template and the
+env's tools, prefills it once, copies the prompt's KV cache to the G completions
+(``DynamicCache.batch_repeat_interleave``) and samples them together with ``model.generate`` (the
+trainer's own temperature, top-p, top-k). What it returns (``prompt_ids``, ``completion_ids``, the
+sampled tokens' log-probs) is what TRL's learner then scores, exactly as for its own generation.
+
+**Constrained** (``--constrained``): an xgrammar logits processor (xgrammar's Hugging Face
+``LogitsProcessor``, the library vLLM itself uses for structured outputs) masks every token that
+would leave the grammar of one tool call as the chat template writes it::
+
+    <tool_call>\\n{"name": "submit_report", "arguments": {...}}\\n</tool_call><|im_end|>
+
+The ``arguments`` follow the env's own :func:`spectrum_rft.task.environment.tool_schemas` (one
+definition: the array of numbers, at most ``max_regions`` of them, the optional bandwidths), compact JSON
+with ``json.dumps``' separators (what the template's ``tojson`` writes, so the call reads as in SFT). The
+model still chooses every number and how many; the env still judges the report (a centre outside the band
+or a bandwidth list of the wrong length is refused, and the scan is then scored as skipped). The learner's
+log-probs are those of the **unconstrained** policy (TRL computes them with a plain forward pass): the
+constraint changes which completions are sampled, not what is trained towards; the sampled tokens' log-probs
+that this sampler reports are under the constrained, tempered distribution.
+
+The episode is one model turn: the first completion is the rollout (a scan episode ends with its first
+scored report; a completion that writes no valid call leaves the scan skipped, scored as an empty report).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+TOOL_CALL_OPEN = "<tool_call>\n"  # how trl's chatml tool template (qwen2_5_chat_template) opens a call ...
+TOOL_CALL_CLOSE = "\n</tool_call>"  # ... and closes it
+
+
+def tool_call_schema(tools: Sequence[dict]) -> dict:
+    """JSON schema of one call ``{"name": ..., "arguments": {...}}`` of any of ``tools`` (OpenAI function
+    schemas, e.g. :func:`spectrum_rft.task.environment.tool_schemas`)."""
+    calls = []
+    for t in tools:
+        fn = t["function"]
+        calls.append({"type": "object",
+                      "properties": {"name": {"const": fn["name"]},
+                                     "arguments": {**fn.get("parameters", {"type": "object", "properties": {}}),
+                                                   "additionalProperties": False}},
+                      "required": ["name", "arguments"], "additionalProperties": False})
+    if not calls:
+        raise ValueError("no tools to constrain to")
+    return calls[0] if len(calls) == 1 else {"anyOf": calls}
+
+
+def tool_call_grammar(tools: Sequence[dict]) -> str:
+    """The EBNF grammar (xgrammar's dialect, which vLLM's structured outputs take too) of one tool call as
+    the chat template writes it, between ``<tool_call>`` tags."""
+    import xgrammar as xgr  # noqa: PLC0415
+
+    call = xgr.Grammar.from_json_schema(json.dumps(tool_call_schema(tools)), any_whitespace=False,
+                                        separators=(", ", ": "))
+    grammar = xgr.Grammar.concat(xgr.Grammar.from_ebnf(f"root ::= {json.dumps(TOOL_CALL_OPEN)}"), call,
+                                 xgr.Grammar.from_ebnf(f"root ::= {json.dumps(TOOL_CALL_CLOSE)}"))
+    return str(grammar)
+
+
+@dataclass
+class SamplerStats:
+    """What the sampler did in its last call (logged by the trainer)."""
+
+    groups: int = 0
+    prefill_tokens: int = 0  # prompt tokens run through the model (one prefill per group)
+    completion_tokens: int = 0
+
+
+class GroupSampler:
+    """TRL ``rollout_func``: each distinct prompt prefilled once, its G completions sampled together, under
+    the tool-call grammar when ``constrained``.
+
+    ``tools`` are the schemas the chat template renders (what the model reads: TRL's rendering of the
+    adapter's tool methods, as in SFT and the env path); ``grammar_tools`` the env's own
+    :func:`~spectrum_rft.task.environment.tool_schemas` the grammar is built from."""
+
+    def __init__(self, tokenizer: Any, *, tools: Sequence[dict], grammar_tools: Sequence[dict] | None = None,
+                 constrained: bool = False, max_new_tokens: int = 160, vocab_size: int | None = None) -> None:
+        self.tokenizer = tokenizer
+        self.tools = list(tools)
+        self.constrained = constrained
+        self.max_new_tokens = max_new_tokens
+        self.stats = SamplerStats()
+        self.grammar = tool_call_grammar(grammar_tools or tools) if constrained else None
+        self._compiled = None
+        if constrained:
+            import xgrammar as xgr  # noqa: PLC0415
+
+            info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size or len(tokenizer),
+                                                      stop_token_ids=self.stop_ids)
+            self._compiled = xgr.GrammarCompiler(info).compile_grammar(self.grammar)
+
+    @property
+    def stop_ids(self) -> list[int]:
+        """The tokens that end an assistant turn (chatml's ``<|im_end|>``, and the tokenizer's eos)."""
+        ids = {self.tokenizer.eos_token_id}
+        im_end = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        if isinstance(im_end, int) and im_end != self.tokenizer.unk_token_id:
+            ids.add(im_end)
+        return sorted(i for i in ids if i is not None)
+
+    def prompt_ids(self, prompt: list[dict]) -> list[int]:
+        """A chat prompt as the model reads it: the chat template with the tools and the generation prompt."""
+        out = self.tokenizer.apply_chat_template(prompt, tools=self.tools, add_generation_prompt=True, tokenize=True,
+                                                 return_dict=False)
+        return list(out["input_ids"] if isinstance(out, dict) else out)
+
+    def sample(self, model: Any, prompt_ids: list[int], n: int, *, temperature: float = 1.0, top_p: float = 1.0,
+               top_k: int | None = None, seed: int | None = None) -> tuple[list[list[int]], list[list[float]]]:
+        """``n`` completions of one prompt: their token ids (up to and including the stop token) and each
+        sampled token's log-probability under the sampling distribution (tempered, top-p/k, grammar)."""
+        import torch  # noqa: PLC0415
+        from transformers import GenerationConfig, LogitsProcessorList  # noqa: PLC0415
+
+        if len(prompt_ids) < 2:
+            raise ValueError("a prompt needs at least 2 tokens")
+        device = next(model.parameters()).device
+        ids = torch.tensor([prompt_ids], device=device)
+        if seed is not None:
+            torch.manual_seed(seed)
+        with torch.no_grad():
+            cache = model(input_ids=ids[:, :-1], use_cache=True).cache  # the one prefill of the group
+            cache.batch_repeat_interleave(n)
+            processors = LogitsProcessorList()
+            if self._compiled is not None:
+                from xgrammar.contrib.hf import LogitsProcessor  # noqa: PLC0415
+
+                processors.append(LogitsProcessor(self._compiled))  # one per generate() call (xgrammar's rule)
+            config = GenerationConfig(do_sample=True, temperature=temperature, top_p=top_p, top_k=top_k or None,
+                                      max_new_tokens=self.max_new_tokens, eos_token_id=self.stop_ids,
+                                      pad_token_id=self.tokenizer.pad_token_id, output_scores=True,
+                                      return_dict_in_generate=True)
+            out = model.generate(input_ids=ids.expand(n, -1), attention_mask=torch.ones(n, ids.shape[1], device=device,
+                                                                                          dtype=torch.long),
+                                 cache=cache, generation_config=config, logits_processor=processors)
+        new = out.sequences[:, ids.shape[1]:]
+        logps = torch.stack([torch.log_softmax(s.float(), dim=-1) for s in out.scores], dim=1)  # (n, T, V)
+        taken = logps.gather(-1, new[:, : logps.shape[1]].unsqueeze(-1)).squeeze(-1)
+        stops = set(self.stop_ids)
+        completions, logprobs = [], []
+        for row, lp in zip(new.tolist(), taken.tolist()):
+            end = next((i + 1 for i, t in enumerate(row) if t in stops), len(row))
+            completions.append(row[:end])
+            logprobs.append(lp[:end])
+        self.stats.prefill_tokens += len(prompt_ids) - 1
+        self.stats.completion_tokens += sum(len(c) for c in completions)
+        return completions, logprobs
+
+    def __call__(self, prompts: list[list[dict]], trainer: Any) -> dict:
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        args = trainer.args
+        self.stats = SamplerStats()
+        prompt_ids: list[list[int]] = []
+        completion_ids: list[list[int]] = []
+        logprobs: list[list[float]] = []
+        i = 0
+        while i < len(prompts):
+            j = i + 1
+            while j < len(prompts) and prompts[j] == prompts[i]:
+                j += 1
+            ids = self.prompt_ids(prompts[i])
+            comps, lps = self.sample(model, ids, j - i, temperature=args.temperature, top_p=args.top_p,
+                                     top_k=args.top_k)
+            prompt_ids += [ids] * (j - i)
+            completion_ids += comps
+            logprobs += lps
+            self.stats.groups += 1
+            i = j
+        return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": logprobs}
