@@ -93,6 +93,7 @@ def tool_schemas(memory_mode: str, preset: str = "default") -> list[dict]:
         "bandwidths": {
             "type": "array",
             "items": {"type": "number"},
+            "maxItems": p.max_regions,
             "description": "Optional: bandwidth in MHz of each region, same length as center_freqs."
             + (f" Ignored on this band: every region is {p.report_width:g} MHz wide." if p.report_width else ""),
         },

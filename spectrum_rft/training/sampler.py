@@ -116,10 +116,10 @@ class GroupSampler:
 
     def sample(self, model: Any, prompt_ids: list[int], n: int, *, temperature: float = 1.0, top_p: float = 1.0,
                top_k: int | None = None, seed: int | None = None) -> tuple[list[list[int]], list[list[float]]]:
-        """``n`` completions of one prompt: their token ids (up to and including the stop token) and each
-        sampled token's log-probability under the sampling distribution (tempered, top-p/k, grammar)."""
+        """``n`` completions of one prompt, prefilled once: their token ids (up to and including the stop
+        token) and each sampled token's log-probability under the sampling distribution (tempered, top-p/k,
+        grammar). ``temperature`` 0: greedy."""
         import torch  # noqa: PLC0415
-        from transformers import GenerationConfig, LogitsProcessorList  # noqa: PLC0415
 
         if len(prompt_ids) < 2:
             raise ValueError("a prompt needs at least 2 tokens")
@@ -130,19 +130,50 @@ class GroupSampler:
         with torch.no_grad():
             cache = model(input_ids=ids[:, :-1], use_cache=True).cache  # the one prefill of the group
             cache.batch_repeat_interleave(n)
-            processors = LogitsProcessorList()
-            if self._compiled is not None:
-                from xgrammar.contrib.hf import LogitsProcessor  # noqa: PLC0415
+            out = self._generate(model, ids.expand(n, -1), torch.ones(n, ids.shape[1], dtype=torch.long, device=device),
+                                 cache, temperature, top_p, top_k)
+        self.stats.prefill_tokens += len(prompt_ids) - 1
+        return self._completions(out, ids.shape[1])
 
-                processors.append(LogitsProcessor(self._compiled))  # one per generate() call (xgrammar's rule)
-            config = GenerationConfig(do_sample=True, temperature=temperature, top_p=top_p, top_k=top_k or None,
-                                      max_new_tokens=self.max_new_tokens, eos_token_id=self.stop_ids,
-                                      pad_token_id=self.tokenizer.pad_token_id, output_scores=True,
-                                      return_dict_in_generate=True)
-            out = model.generate(input_ids=ids.expand(n, -1), attention_mask=torch.ones(n, ids.shape[1], device=device,
-                                                                                          dtype=torch.long),
-                                 cache=cache, generation_config=config, logits_processor=processors)
-        new = out.sequences[:, ids.shape[1]:]
+    def sample_prompts(self, model: Any, prompts_ids: list[list[int]], *, temperature: float = 1.0, top_p: float = 1.0,
+                       top_k: int | None = None, seed: int | None = None) -> tuple[list[list[int]], list[list[float]]]:
+        """One completion of each of several prompts, sampled as one left-padded batch (evaluation)."""
+        import torch  # noqa: PLC0415
+
+        device = next(model.parameters()).device
+        width = max(len(p) for p in prompts_ids)
+        pad = self.tokenizer.pad_token_id
+        ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts_ids], device=device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts_ids], device=device)
+        if seed is not None:
+            torch.manual_seed(seed)
+        with torch.no_grad():
+            out = self._generate(model, ids, mask, None, temperature, top_p, top_k)
+        self.stats.prefill_tokens += sum(len(p) for p in prompts_ids)
+        return self._completions(out, width)
+
+    def _generate(self, model: Any, ids: Any, mask: Any, cache: Any, temperature: float, top_p: float,
+                  top_k: int | None) -> Any:
+        from transformers import GenerationConfig, LogitsProcessorList  # noqa: PLC0415
+
+        processors = LogitsProcessorList()
+        if self._compiled is not None:
+            from xgrammar.contrib.hf import LogitsProcessor  # noqa: PLC0415
+
+            processors.append(LogitsProcessor(self._compiled))  # one per generate() call (xgrammar's rule)
+        sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": top_k or None} \
+            if temperature > 0 else {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
+        config = GenerationConfig(**sampling, max_new_tokens=self.max_new_tokens, eos_token_id=self.stop_ids,
+                                  pad_token_id=self.tokenizer.pad_token_id, output_scores=True,
+                                  return_dict_in_generate=True)
+        extra = {"cache": cache} if cache is not None else {}
+        return model.generate(input_ids=ids, attention_mask=mask, generation_config=config, logits_processor=processors,
+                              **extra)
+
+    def _completions(self, out: Any, prompt_len: int) -> tuple[list[list[int]], list[list[float]]]:
+        import torch  # noqa: PLC0415
+
+        new = out.sequences[:, prompt_len:]
         logps = torch.stack([torch.log_softmax(s.float(), dim=-1) for s in out.scores], dim=1)  # (n, T, V)
         taken = logps.gather(-1, new[:, : logps.shape[1]].unsqueeze(-1)).squeeze(-1)
         stops = set(self.stop_ids)
@@ -151,7 +182,6 @@ class GroupSampler:
             end = next((i + 1 for i, t in enumerate(row) if t in stops), len(row))
             completions.append(row[:end])
             logprobs.append(lp[:end])
-        self.stats.prefill_tokens += len(prompt_ids) - 1
         self.stats.completion_tokens += sum(len(c) for c in completions)
         return completions, logprobs
 

@@ -138,3 +138,15 @@ def start_record(out: Path, resume: bool, is_main: bool) -> tuple[Path, int] | N
             path.write_text("".join(line + "\n" for line in lines))
     (out / "summary.json").unlink(missing_ok=True)
     return ckpt
+
+
+def load_tokenizer(model_dir: Path) -> Any:
+    """A checkpoint's tokenizer with a tool-calling chat template (:mod:`.chat_template`) and a pad token."""
+    from transformers import AutoTokenizer  # noqa: PLC0415
+
+    from spectrum_rft.training.chat_template import with_tool_template  # noqa: PLC0415
+
+    tok = with_tool_template(AutoTokenizer.from_pretrained(model_dir))
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok

@@ -28,7 +28,7 @@ from typing import Any
 from spectrum_rft.task.arms import ARMS
 from spectrum_rft.task.environment import EnvConfig, get_preset, tool_schemas
 from spectrum_rft.training.provenance import append_jsonl, code_revision, write_json
-from spectrum_rft.training.trl_common import (load_model, log_callback, parse_or_say, portable_path,
+from spectrum_rft.training.trl_common import (load_model, load_tokenizer, log_callback, parse_or_say, portable_path,
                                               save_model, start_record)
 from spectrum_rft.training.sampler import GroupSampler, tool_call_grammar
 from spectrum_rft.training.trl_data import episode_for, grpo_rows, sft_conversation, tool_schemas_of
@@ -164,17 +164,6 @@ def _setup(cfg: Common, resume: bool = False) -> tuple[Path, Path, tuple[Path, i
     return out, model_dir, ckpt
 
 
-def _tokenizer(model_dir: Path):
-    from transformers import AutoTokenizer  # noqa: PLC0415
-
-    from spectrum_rft.training.chat_template import with_tool_template  # noqa: PLC0415
-
-    tok = with_tool_template(AutoTokenizer.from_pretrained(model_dir))
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
-    return tok
-
-
 def _lora(cfg: Common, model):
     from peft import LoraConfig  # noqa: PLC0415
 
@@ -201,7 +190,7 @@ def run_sft(cfg: SftConfig) -> dict:
     scores = [c.pop("score") for c in convs]
     for c in convs:
         c.pop("row_id")
-    tok = _tokenizer(model_dir)
+    tok = load_tokenizer(model_dir)
     args = SFTConfig(output_dir=str(out / "trl"), use_cpu=cfg.use_cpu, num_train_epochs=cfg.epochs,
                      per_device_train_batch_size=cfg.batch_size, learning_rate=cfg.lr, assistant_only_loss=True,
                      max_length=cfg.max_length, logging_steps=1, report_to=[], save_strategy="no", seed=cfg.seed,
@@ -237,15 +226,6 @@ def sft_main(argv: list[str] | None = None) -> int:
 # --------------------------------------------------------------------------------------------------
 
 
-def _completion_text(completion: Any) -> str:
-    """A completion as text (TRL passes chat completions as message lists)."""
-    if isinstance(completion, list):
-        return "".join(str(m.get("content") or "") + "".join(
-            f"<tool_call>{json.dumps(c.get('function', c), default=str)}</tool_call>" for c in m.get("tool_calls") or [])
-            for m in completion if isinstance(m, dict) and m.get("role") == "assistant")
-    return str(completion)
-
-
 def _calls(completion: Any) -> list[dict]:
     """The tool calls of a completion, as TRL parsed them (name and arguments)."""
     if not isinstance(completion, list):
@@ -253,14 +233,15 @@ def _calls(completion: Any) -> list[dict]:
     return [c.get("function", c) for m in completion if isinstance(m, dict) for c in m.get("tool_calls") or []]
 
 
-def make_reward(path: Path):
+def make_reward(path: Path, tokenizer: Any):
     """The reward function TRL calls: :func:`spectrum_reward`, plus one ``rollouts.jsonl`` line per
-    completion (the run's record of what each candidate wrote and scored, on which band). With a TRL
+    completion (the run's record of what each candidate wrote, as text (bounded) and as the calls TRL
+    parsed, and what it scored, on which band). With a TRL
     environment (``environments``) the envs have judged the calls already; without one (``--sampler
     group``) each completion is judged here by a fresh env of its row (:func:`judge`)."""
 
-    def spectrum(environments=None, completions=None, trainer_state=None, log_metric=None, log_extra=None,
-                 **columns: Any) -> list[float]:
+    def spectrum(environments=None, completions=None, completion_ids=None, trainer_state=None, log_metric=None,
+                 log_extra=None, **columns: Any) -> list[float]:
         step = trainer_state.global_step if trainer_state is not None else None
         completions = completions or []
         if environments is None:
@@ -272,19 +253,21 @@ def make_reward(path: Path):
         def record(ms: list[dict]) -> None:
             for i, m in enumerate(ms):
                 c = completions[i] if i < len(completions) else None
+                ids = completion_ids[i] if completion_ids is not None and i < len(completion_ids) else []
                 append_jsonl(path, {"step": step, "row_id": m["row_id"], "scan": m["scan"], "reward": float(m["score"]),
                                     **{k: m.get(k) for k in ("band_fingerprint", "score", "late_mean", "early_mean",
                                                              "carry_rate", "echo_copy", "dormant_recall", "scans_skipped",
                                                              "memoryless_reward", "gain_vs_memoryless",
                                                              "report_size", "faults")},
-                                    "calls": _calls(c), "completion": _completion_text(c)[:COMPLETION_CHARS]})
+                                    "calls": _calls(c),
+                                    "completion": tokenizer.decode(ids, skip_special_tokens=False)[:COMPLETION_CHARS]})
 
         return spectrum_reward(environments, log_metric=log_metric, log_extra=log_extra, on_metrics=record)
 
     return spectrum
 
 
-def run_train(cfg: GrpoConfig) -> dict:
+def run_train(cfg: GrpoConfig, callbacks: list | None = None) -> dict:
     out, model_dir, ckpt = _setup(cfg, cfg.resume)
     from datasets import Dataset  # noqa: PLC0415
     from trl import GRPOConfig, GRPOTrainer  # noqa: PLC0415
@@ -297,7 +280,7 @@ def run_train(cfg: GrpoConfig) -> dict:
                      memory_mode=cfg.mode, preset=cfg.preset, reward=cfg.reward, salt=cfg.salt, prefix=f"grpo-s{cfg.seed}",
                      episode=episode, scan_in_prompt=cfg.sampler == "group")
     calls = EnvConfig().max_calls_per_scan * (1 if episode == "scan" else get_preset(cfg.preset).n_scans)
-    tok = _tokenizer(model_dir)
+    tok = load_tokenizer(model_dir)
     args = GRPOConfig(output_dir=str(out / "trl"), use_cpu=cfg.use_cpu, per_device_train_batch_size=cfg.prompts * cfg.group,
                       num_generations=cfg.group, max_completion_length=cfg.max_completion_length, max_steps=cfg.steps,
                       learning_rate=cfg.lr, temperature=cfg.temperature, beta=cfg.beta, logging_steps=1, report_to=[],
@@ -317,8 +300,9 @@ def run_train(cfg: GrpoConfig) -> dict:
     else:
         generation = {"environment_factory": env_cls}
     trainer = GRPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows),
-                          reward_funcs=[make_reward(out / "rollouts.jsonl")], processing_class=tok,
-                          peft_config=_lora(cfg, model), callbacks=[log_callback(out / "metrics.jsonl")], **generation)
+                          reward_funcs=[make_reward(out / "rollouts.jsonl", tok)], processing_class=tok,
+                          peft_config=_lora(cfg, model), callbacks=[log_callback(out / "metrics.jsonl"), *(callbacks or [])],
+                          **generation)
     t0 = time.time()
     trainer.train(resume_from_checkpoint=str(ckpt[0]) if ckpt else None)
     save_model(trainer, tok, out)
@@ -327,7 +311,8 @@ def run_train(cfg: GrpoConfig) -> dict:
                "train_s": round(time.time() - t0, 1)}
     if trainer.accelerator.is_main_process:
         write_json(out / "summary.json", summary)
-    return {**summary, "main_process": trainer.accelerator.is_main_process}
+    return {**summary, "main_process": trainer.accelerator.is_main_process,
+            "parameters": sum(p.numel() for p in model.parameters())}
 
 
 def train_main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,109 @@
+"""``spectrum-rft scan-eval``: a checkpoint on scan episodes, the shape GRPO trains on.
+
+One completion per scan episode (a fresh band per row, the scan drawn per row as in training; rows from
+``--salt``, so every checkpoint evaluated with the same flags sees the same scans: paired), at one or more
+temperatures (0: greedy), sampled with :class:`~spectrum_rft.training.sampler.GroupSampler`, free or
+grammar-constrained (``--constrained``). Each completion is parsed as TRL parses it and judged by a fresh
+env of its row (:func:`~spectrum_rft.training.trl_env.judge`): the score, whether the env accepted the
+report (``valid``: the scan was scored, not skipped), the gain over the memoryless policy on the same scan
+and ``echo_copy``.
+
+It answers two questions of the evidence run (RESULTS_memory.md section 9): how often does the warm start
+write a valid ``submit_report`` call unconstrained (the format confound of the last round), and did a
+GRPO checkpoint gain over the warm start on held-out scans (greedy, paired).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from spectrum_rft.common.stats import mean
+from spectrum_rft.task.arms import ARMS
+from spectrum_rft.task.environment import tool_schemas
+
+SUMMARY_KEYS = ("valid", "score", "gain_vs_memoryless", "gain_valid", "echo_copy")
+
+
+def evaluate(model_dir: str | Path, *, arm: str = "weak-scaffold", scans: int = 200, temperature: float = 1.0,
+             constrained: bool = False, salt: str = "heldout-scan", batch: int = 8, max_new_tokens: int = 160,
+             seed: int = 0, threads: int = 0, model: Any = None, tokenizer: Any = None) -> dict:
+    """``scans`` scan episodes of ``arm``, one completion each: per-scan records and their means."""
+    import torch  # noqa: PLC0415
+    from trl.chat_template_utils import parse_response  # noqa: PLC0415
+
+    from spectrum_rft.training.sampler import GroupSampler  # noqa: PLC0415
+    from spectrum_rft.training.trl_common import load_model, load_tokenizer  # noqa: PLC0415
+    from spectrum_rft.training.trl_data import grpo_rows, tool_schemas_of  # noqa: PLC0415
+    from spectrum_rft.training.trl_env import judge, tool_env_class  # noqa: PLC0415
+
+    if threads:
+        torch.set_num_threads(threads)
+    a = ARMS[arm]
+    tok = tokenizer or load_tokenizer(Path(model_dir))
+    model = model or load_model(Path(model_dir))
+    model.eval()
+    rows = grpo_rows(scans, prompt=a.prompt, memory_mode=a.memory_mode, salt=salt, prefix="scan-eval",
+                     episode="scan", scan_in_prompt=True)
+    sampler = GroupSampler(tok, tools=tool_schemas_of(tool_env_class(a.memory_mode)()),
+                           grammar_tools=tool_schemas(a.memory_mode), constrained=constrained,
+                           max_new_tokens=max_new_tokens, vocab_size=model.config.vocab_size)
+    records = []
+    t0 = time.time()
+    for start in range(0, len(rows), batch):
+        chunk = rows[start:start + batch]
+        ids = [sampler.prompt_ids(r["prompt"]) for r in chunk]
+        comps, _ = sampler.sample_prompts(model, ids, temperature=temperature, seed=seed + start)
+        for row, p, c in zip(chunk, ids, comps):
+            message = parse_response(tok, c, prefix=p)
+            m = judge({k: row[k] for k in ("row_id", "scan", "environment_context")}, message).metrics()
+            valid = not m["scans_skipped"]
+            records.append({"row_id": row["row_id"], "scan": row["scan"], "valid": valid, "score": m["score"],
+                            "gain_vs_memoryless": m["gain_vs_memoryless"],
+                            "gain_valid": m["gain_vs_memoryless"] if valid else None,
+                            "echo_copy": m["echo_copy"] if valid else None,
+                            "completion": tok.decode(c, skip_special_tokens=False)[:500]})
+    summary = {k: mean(float(r[k]) if r[k] is not None else None for r in records) for k in SUMMARY_KEYS}
+    return {"arm": arm, "scans": len(records), "temperature": temperature, "constrained": constrained, "salt": salt,
+            "seconds": round(time.time() - t0, 1), **summary, "records": records}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="spectrum-rft scan-eval", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", required=True, help="a checkpoint directory (spectrum-rft sft/train OUT/model)")
+    ap.add_argument("--arm", default="weak-scaffold", choices=sorted(ARMS))
+    ap.add_argument("--scans", type=int, default=200)
+    ap.add_argument("--temperature", type=float, action="append", help="repeatable; 0: greedy (default 1.0)")
+    ap.add_argument("--constrained", action="store_true", help="sample under the tool-call grammar")
+    ap.add_argument("--salt", default="heldout-scan", help="band salt of the rows (training rows use others)")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--max-new-tokens", type=int, default=160)
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--out", default=None, help="write the records and summary (JSON) here")
+    a = ap.parse_args(argv)
+    if a.scans < 1 or a.batch < 1:
+        print("spectrum-rft scan-eval: --scans and --batch must be >= 1", file=sys.stderr)
+        return 2
+    if not Path(a.model).is_dir():
+        print(f"spectrum-rft scan-eval: no checkpoint directory {a.model}", file=sys.stderr)
+        return 2
+    from spectrum_rft.training.trl_common import load_model, load_tokenizer  # noqa: PLC0415
+
+    tok, model = load_tokenizer(Path(a.model)), load_model(Path(a.model))
+    results = []
+    for t in a.temperature or [1.0]:
+        r = evaluate(a.model, arm=a.arm, scans=a.scans, temperature=t, constrained=a.constrained, salt=a.salt,
+                     batch=a.batch, max_new_tokens=a.max_new_tokens, threads=a.threads, model=model, tokenizer=tok)
+        results.append(r)
+        fmt = {k: "n/a" if r[k] is None else f"{r[k]:+.3f}" for k in SUMMARY_KEYS}
+        print(f"scan-eval {a.model} arm {a.arm} T={t:g}{' constrained' if a.constrained else ''}: {r['scans']} scans, "
+              f"valid {fmt['valid']}, score {fmt['score']}, gain vs memoryless {fmt['gain_vs_memoryless']} "
+              f"(valid only {fmt['gain_valid']}), echo_copy {fmt['echo_copy']} [{r['seconds']} s]")
+    if a.out:
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.out).write_text(json.dumps({"model": a.model, "results": results}, indent=1))
+    return 0

@@ -1,0 +1,180 @@
+"""The GRPO sampler of scan episodes (spectrum_rft.training.sampler): the tool-call grammar comes from the
+env's own tool_schemas(), constrained completions always parse as a report the env accepts, one prefill
+per group gives the same completions as separate prompts, and a constrained GRPO step runs inside TRL's
+real GRPOTrainer with every completion a valid report in rollouts.jsonl."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+pytest.importorskip("trl")
+pytest.importorskip("xgrammar")
+
+from spectrum_rft.task.environment import tool_schemas  # noqa: E402
+from spectrum_rft.training import sampler as S  # noqa: E402
+
+
+def test_call_schema_is_the_envs_tool_schema():
+    tools = tool_schemas("scaffold")
+    schema = S.tool_call_schema(tools)
+    args = schema["properties"]["arguments"]
+    params = tools[0]["function"]["parameters"]
+    assert schema["properties"]["name"] == {"const": "submit_report"}
+    assert args["properties"] == params["properties"] and args["required"] == params["required"]
+    assert args["properties"]["center_freqs"]["maxItems"] == 16
+    both = S.tool_call_schema(tool_schemas("notepad"))
+    assert sorted(c["properties"]["name"]["const"] for c in both["anyOf"]) == ["notepad_read", "notepad_write",
+                                                                              "submit_report"]
+    with pytest.raises(ValueError):
+        S.tool_call_schema([])
+
+
+@pytest.fixture(scope="module")
+def smollm():
+    from spectrum_rft.training.models import resolve_model_dir
+    from spectrum_rft.training.trl_common import load_model, load_tokenizer
+
+    model_dir, _ = resolve_model_dir("smollm2", os.path.expanduser("~/.cache/spectrum-rft"))
+    return load_tokenizer(model_dir), load_model(model_dir)
+
+
+def _matcher(tok, model, tools):
+    import xgrammar as xgr
+
+    s = S.GroupSampler(tok, tools=tools, grammar_tools=tools, constrained=True, vocab_size=model.config.vocab_size)
+    return s, (lambda: xgr.GrammarMatcher(s._compiled))
+
+
+def _accepts(matcher, tok, text: str) -> bool:
+    for t in tok.encode(text, add_special_tokens=False):
+        if not matcher.accept_token(t):
+            return False
+    return True
+
+
+def test_grammar_accepts_the_templates_call_and_refuses_malformed_ones(smollm):
+    tok, model = smollm
+    tools = tool_schemas("scaffold")
+    s, new = _matcher(tok, model, tools)
+    # the call exactly as the chat template renders it (what SFT teaches)
+    msgs = [{"role": "user", "content": "x"},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"type": "function", "function": {"name": "submit_report", "arguments": {"center_freqs": [41.5, 97.0]}}}]}]
+    text = tok.apply_chat_template(msgs, tokenize=False)
+    call = text[text.index("<tool_call>"):text.index("</tool_call>") + len("</tool_call>")]
+    m = new()
+    assert _accepts(m, tok, call) and m.accept_token(s.stop_ids[0]) and m.is_terminated()
+    for bad in ('<tool_call>\n{"name": "submit_report", "arguments": {"center_freqs": "many"}}\n</tool_call>',
+                '<tool_call>\n{"name": "delete_all", "arguments": {}}\n</tool_call>',
+                '<tool_call>\n{"name": "submit_report", "arguments": {"centre": [1]}}\n</tool_call>',
+                'I think the peaks are at 41.5 MHz',
+                '<tool_call>\n{"name": "submit_report", "arguments": {"center_freqs": [' + ", ".join(["1"] * 17) + "]}}"):
+        assert not _accepts(new(), tok, bad), bad
+
+
+def test_constrained_samples_are_reports_the_env_accepts(smollm):
+    from trl.chat_template_utils import parse_response
+
+    from spectrum_rft.training.trl_data import grpo_rows, tool_schemas_of
+    from spectrum_rft.training.trl_env import judge, tool_env_class
+
+    tok, model = smollm
+    row = grpo_rows(1, prompt="weak", memory_mode="scaffold", salt="test-sampler", scan_in_prompt=True)[0]
+    s = S.GroupSampler(tok, tools=tool_schemas_of(tool_env_class("scaffold")()), grammar_tools=tool_schemas("scaffold"),
+                       constrained=True, max_new_tokens=256, vocab_size=model.config.vocab_size)
+    ids = s.prompt_ids(row["prompt"])
+    comps, logps = s.sample(model, ids, 4, temperature=1.0, seed=3)
+    assert s.stats.prefill_tokens == len(ids) - 1  # one prefill for the group
+    for c, lp in zip(comps, logps):
+        assert c[-1] in s.stop_ids and len(lp) == len(c) and all(x <= 1e-6 for x in lp)
+        message = parse_response(tok, c, prefix=ids)
+        calls = message.get("tool_calls") or []
+        assert [x["function"]["name"] for x in calls] == ["submit_report"]
+        centres = calls[0]["function"]["arguments"]["center_freqs"]
+        assert isinstance(centres, list) and len(centres) <= 16
+        m = judge(row, message).metrics()
+        band = (0.0, 480.0)
+        if all(band[0] <= x <= band[1] for x in centres) and "bandwidths" not in calls[0]["function"]["arguments"]:
+            assert m["scans_skipped"] == 0  # a well-formed in-band report is always scored
+
+
+def test_group_prefill_equals_separate_prompts_greedy(smollm):
+    """The shared KV cache is only an optimisation: greedy completions of a group equal the same prompt
+    decoded on its own, without a shared prefill."""
+    from spectrum_rft.training.trl_data import grpo_rows, tool_schemas_of
+    from spectrum_rft.training.trl_env import tool_env_class
+
+    tok, model = smollm
+    row = grpo_rows(1, prompt="weak", memory_mode="scaffold", salt="test-sampler-2", scan_in_prompt=True)[0]
+    s = S.GroupSampler(tok, tools=tool_schemas_of(tool_env_class("scaffold")()), max_new_tokens=24,
+                       vocab_size=model.config.vocab_size)
+    ids = s.prompt_ids(row["prompt"])
+    grouped, _ = s.sample(model, ids, 2, temperature=0)
+    alone, _ = s.sample_prompts(model, [ids], temperature=0)
+    assert grouped[0] == grouped[1] == alone[0]
+
+
+def test_scan_prompt_is_the_env_paths_text():
+    """The group sampler's prompt holds the scan text TRL's env path would append (same band, same scan)."""
+    from spectrum_rft.training.trl_data import grpo_rows
+    from spectrum_rft.training.trl_env import tool_env_class
+
+    plain = grpo_rows(3, prompt="weak", memory_mode="scrambled", salt="s")
+    inline = grpo_rows(3, prompt="weak", memory_mode="scrambled", salt="s", scan_in_prompt=True)
+    for a, b in zip(plain, inline):
+        obs = tool_env_class("scrambled")().reset(**a)
+        assert a["prompt"][1]["content"] == "" and b["prompt"][1]["content"] == obs
+        assert b["prompt"][0] == a["prompt"][0] and b["row_id"] == a["row_id"] and b["scan"] == a["scan"]
+
+
+def test_judge_scores_text_only_and_junk_as_skipped():
+    from spectrum_rft.training.trl_data import grpo_rows
+    from spectrum_rft.training.trl_env import judge
+
+    row = grpo_rows(1, prompt="weak", memory_mode="scaffold", salt="s")[0]
+    for message in (None, {"role": "assistant", "content": "no call"},
+                    {"role": "assistant", "tool_calls": [{"function": {"name": "rm", "arguments": {}}}]},
+                    {"role": "assistant", "tool_calls": [{"function": {"name": "submit_report",
+                                                                       "arguments": {"center_freqs": [float("nan")]}}}]},
+                    {"role": "assistant", "tool_calls": ["junk"]}):
+        m = judge(row, message).metrics()
+        assert m["scans_skipped"] == 1 and m["score"] == 0.0
+    ok = judge(row, {"role": "assistant", "tool_calls": [{"function": {"name": "submit_report",
+                                                                       "arguments": {"center_freqs": [100.0]}}}]})
+    assert ok.metrics()["scans_skipped"] == 0
+
+
+def test_config_refuses_combinations_that_cannot_work():
+    from spectrum_rft.training.trl_run import GrpoConfig
+
+    with pytest.raises(ValueError, match="--constrained needs"):
+        GrpoConfig(constrained=True).check()
+    with pytest.raises(ValueError, match="scan episodes only"):
+        GrpoConfig(arm="weak-scaffold", memory_mode="icl", sampler="group").check()
+    with pytest.raises(ValueError, match="unknown sampler"):
+        GrpoConfig(sampler="fast").check()
+    GrpoConfig(sampler="group", constrained=True).check()
+
+
+def test_constrained_grpo_step_in_the_real_trainer(tmp_path):
+    """One GRPO step through TRL's GRPOTrainer with the constrained group sampler: every completion is a
+    submit_report call the env scored, its text and parsed report are in rollouts.jsonl, and the run's
+    config records the sampler."""
+    from spectrum_rft.training.trl_run import GrpoConfig, run_train
+
+    out = tmp_path / "run"
+    cfg = GrpoConfig(out=str(out), arm="weak-scaffold", steps=1, prompts=1, group=3, max_completion_length=256,
+                     lora_layers=1, threads=2, sampler="group", constrained=True, temperature=0.7, seed=1)
+    run_train(cfg)
+    lines = [json.loads(x) for x in (out / "rollouts.jsonl").read_text().splitlines()]
+    assert len(lines) == 3 and len({x["band_fingerprint"] for x in lines}) == 1
+    for x in lines:
+        assert x["completion"].startswith("<tool_call>\n{\"name\": \"submit_report\"")
+        assert x["completion"].endswith("</tool_call><|im_end|>")
+        assert [c["name"] for c in x["calls"]] == ["submit_report"]
+    config = json.loads((out / "config.json").read_text())
+    assert config["sampler"] == "group" and config["constrained"] is True
+    assert (out / "model").is_dir()
