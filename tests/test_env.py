@@ -220,10 +220,37 @@ def test_metrics_have_every_documented_key():
         env.step({"center_freqs": [20.0, 90.0]})
     m = env.metrics()
     for k in ("score", "mean_occ", "mean_avail", "early_mean", "late_mean", "memory_gain", "scans_completed",
-              "scans_skipped", "dormant_recall", "carry_rate", "report_size", "band_fingerprint", "seed", "salt"):
+              "scans_skipped", "dormant_recall", "carry_rate", "echo_copy", "report_size", "band_fingerprint", "seed", "salt"):
         assert k in m
     assert m["carry_rate"] == 1.0 and m["report_size"] == 2 and m["salt"] == "s1"
     assert len(m["per_scan_reward"]) == 12
+
+
+def test_echo_copy_means_the_same_in_both_arms():
+    """echo_copy: the share of the echoed centres (shown with the scan) the report reproduces within the
+    carry tolerance. Copying the echo gives 1 in the real arm and in the scrambled control alike; ignoring
+    it gives ~0 in both; carry_rate, by contrast, compares with the true previous report."""
+    from spectrum_rft.task.scan_format import parse_scan
+
+    for mode in ("scaffold", "scrambled"):
+        for copy_echo in (True, False):
+            env = SpectrumEnv(EnvConfig(memory_mode=mode))
+            obs, _ = env.reset(11)
+            env.step({"center_freqs": [50.0, 150.0, 250.0]})
+            echo = parse_scan(env.observation()["prompt"]).echo
+            assert echo is not None and len(echo) == 3
+            env.step({"center_freqs": echo if copy_echo else [470.0]})
+            rec = env.scan_records()[1]
+            assert rec["echo_shown"] == 3 and rec["echo_kept"] == (3 if copy_echo else sum(abs(e - 470) <= 4 for e in echo))
+            m = env.metrics()
+            assert m["echo_copy"] == rec["echo_kept"] / 3
+            if mode == "scaffold" and copy_echo:
+                assert rec["carry_kept"] == 3
+    env = SpectrumEnv(EnvConfig(memory_mode="none"))
+    env.reset(11)
+    env.step({"center_freqs": [50.0]})
+    env.step({"center_freqs": [50.0]})
+    assert env.metrics()["echo_copy"] is None  # no echo shown: undefined, not 0
 
 
 def test_reported_width_is_fixed_on_fixed_width_presets():
