@@ -36,7 +36,7 @@ def lora_tensors(run: Path) -> dict:
 def sft_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("trl") / "sft"
     assert R.sft_main(["--out", str(out), "--rows", "2", "--batch-size", "2", "--epochs", "6", "--lr", "2e-3",
-                       *SMALL]) == 0
+                       "--eval-scans", "2", *SMALL]) == 0
     return out
 
 
@@ -55,7 +55,15 @@ def test_sft_records_a_run_and_moves_lora(sft_run):
     assert renders_tool_calls(AutoTokenizer.from_pretrained(sft_run / "model"))
     config = json.loads((sft_run / "config.json").read_text())
     assert config["memory_mode"] == "none" and config["arm"] == "weak-scaffold"
-    assert config["model_dir"].startswith("~/") and json.loads((sft_run / "summary.json").read_text())["rows"] == 2
+    summary = json.loads((sft_run / "summary.json").read_text())
+    assert config["model_dir"].startswith("~/") and summary["rows"] == 2
+    # its evaluation of itself: free sampling on 2 held-out scan episodes at T=1 and 0.7
+    assert [(e["temperature"], e["scans"], e["constrained"]) for e in summary["scan_eval"]] == [(1.0, 2, False),
+                                                                                              (0.7, 2, False)]
+    for e in summary["scan_eval"]:
+        assert 0.0 <= e["valid"] <= 1.0 and 0.0 <= e["score"] <= 1.0
+    records = json.loads((sft_run / "scan_eval_T1.json").read_text())["records"]
+    assert len(records) == 2 and all(r["completion"] for r in records)
 
 
 def test_grpo_step_rewards_are_the_env_scores(sft_run, tmp_path):
@@ -70,6 +78,8 @@ def test_grpo_step_rewards_are_the_env_scores(sft_run, tmp_path):
     assert len({r["scan"] for r in rollouts}) == 1 and rollouts[0]["scan"] >= 1
     for r in rollouts:
         assert r["reward"] == r["score"] and 0.0 <= r["reward"] <= 1.0
+        assert isinstance(r["completion"], str) and len(r["completion"]) <= R.COMPLETION_CHARS
+        assert all(set(c) >= {"name", "arguments"} for c in r["calls"])
         assert r["memoryless_reward"] > 0 and math.isclose(r["gain_vs_memoryless"], r["reward"] - r["memoryless_reward"])
     step = next(m for m in lines(run / "metrics.jsonl") if "reward" in m)
     rewards = [r["reward"] for r in rollouts]

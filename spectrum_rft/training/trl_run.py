@@ -83,12 +83,16 @@ class SftConfig(Common):
     max_length: int = 1024
     lr: float = 5e-4
     salt: str = "sft"
+    eval_scans: int = 0  # after training: the model on N held-out scan episodes (spectrum-rft scan-eval), T=1 and 0.7
+    eval_constrained: bool = False  # ... sampled under the tool-call grammar (default: free, the format's own rate)
 
     def check(self) -> None:
         super().check()
         for name in ("rows", "epochs", "batch_size", "max_length"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if self.eval_scans < 0:
+            raise ValueError("eval_scans must be >= 0")
 
 
 SAMPLERS = ("trl", "group")
@@ -204,6 +208,16 @@ def run_sft(cfg: SftConfig) -> dict:
     summary = {"rows": len(convs), "policy_score": sum(scores) / len(scores), "train_s": round(time.time() - t0, 1),
                "steps": trainer.state.global_step,
                "final_loss": next((h["loss"] for h in reversed(trainer.state.log_history) if "loss" in h), None)}
+    if cfg.eval_scans and trainer.accelerator.is_main_process:
+        from spectrum_rft.training.scan_eval import evaluate  # noqa: PLC0415
+
+        summary["scan_eval"] = []
+        for t in (1.0, 0.7):
+            r = evaluate(out / "model", arm=cfg.arm, scans=cfg.eval_scans, temperature=t,  # the arm GRPO will train
+                         constrained=cfg.eval_constrained)
+            write_json(out / f"scan_eval_T{t:g}.json", r)
+            summary["scan_eval"].append({k: r[k] for k in ("temperature", "constrained", "scans", "valid", "score",
+                                                           "gain_vs_memoryless", "gain_valid")})
     if trainer.accelerator.is_main_process:
         write_json(out / "summary.json", summary)
     return {**summary, "main_process": trainer.accelerator.is_main_process}
@@ -218,6 +232,9 @@ def sft_main(argv: list[str] | None = None) -> int:
     if s["main_process"]:
         print(f"sft: {s['rows']} conversations (memoryless policy score {s['policy_score']:.3f}), {s['steps']} steps, "
               f"final loss {s['final_loss']}, {s['train_s']} s -> {cfg.out}/model")
+        for e in s.get("scan_eval", []):
+            print(f"  scan-eval T={e['temperature']:g}{' constrained' if e['constrained'] else ''}: {e['scans']} scans, "
+                  f"valid {e['valid']:.3f}, score {e['score']:.3f}")
     return 0
 
 
