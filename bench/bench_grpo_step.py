@@ -113,7 +113,6 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--variants", default="old,new")
     args = ap.parse_args()
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     names = args.variants.split(",")
     for n in names:
         if n not in VARIANTS:
