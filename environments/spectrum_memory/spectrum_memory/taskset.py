@@ -46,7 +46,7 @@ class SpectrumTask(vf.Task[SpectrumData, vf.State, vf.TaskConfig]):
         return str(self.data.id)
 
     @vf.reward(weight=1.0)
-    async def score(self, trace: vf.Trace) -> float:
+    async def spectrum_score(self, trace: vf.Trace) -> float:
         """The env's episode score (every scan in the mean, skipped ones as empty reports)."""
         return _number(env_result(trace).get("score"))
 
