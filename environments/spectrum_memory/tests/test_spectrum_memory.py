@@ -102,7 +102,7 @@ def test_bad_input_is_refused_and_the_rollout_goes_on():
     def answer(msgs):
         return next(junk, ("", [("submit_report", json.dumps({"center_freqs": [float("nan")]}))]))
 
-    env, model, replies, error = _episode("scaffold", answer, max_calls_per_scan=2)
+    env, model, replies, error = _episode("scaffold", answer, max_calls_per_scan=4)
     m = env.metrics()
     assert env.done and error is None and m["scans_skipped"] == env.n_scans and m["score"] == 0.0
     assert m["faults"]["invalid_report"] >= 1 and m["faults"]["unknown_tool"] == 2  # no_such_tool and a call without a name
