@@ -11,3 +11,5 @@ unset FIREWORKS_API_KEY
 python -m pytest -q
 # the rollout paths again against the eval-protocol the cloud runs (0.3.23), in a venv of its own
 bash scripts/test_cloud_versions.sh
+# the verifiers environment (vf-eval, parity with the evaluator) in a venv of its own (verifiers needs mcp 2.x)
+bash scripts/test_verifiers.sh

@@ -127,6 +127,28 @@ def policy_responder(policy: str = "accumulate", text: str = "", row: dict | Non
     return respond
 
 
+def junk_responder(policy: str = "accumulate") -> Responder:
+    """A model that misbehaves in every way the env must refuse, deterministically from what it is sent
+    (the same answer to the same request on every path): on each scan its first call is a junk report,
+    the second an unknown tool, the third a reply without tool calls; the fourth is ``policy``'s report on
+    odd scans and junk again on even ones (so the call budget closes those scans as skipped)."""
+    good = policy_responder(policy)
+
+    def respond(request: dict) -> Reply:
+        scan, k = scan_number(request) or 0, calls_this_scan(request)
+        if k == 0:
+            return ok(chat_response("", [tool_call("submit_report", {"center_freqs": "everywhere"})]))
+        if k == 1:
+            return ok(chat_response("", [tool_call("scan_again", {"band": "all"})]))
+        if k == 2:
+            return ok(chat_response("I would rather not say."))
+        if scan % 2:
+            return good(request)
+        return ok(chat_response("", [tool_call("submit_report", {"freqs": [1, 2, 3]})]))
+
+    return respond
+
+
 def sequence(*responders: Responder) -> Responder:
     """The i-th request goes to ``responders[i]``; the last one answers every later request."""
     lock = threading.Lock()
@@ -270,8 +292,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Serve a scripted policy as an OpenAI-compatible chat API.")
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--policy", default="accumulate")
+    ap.add_argument("--junk", action="store_true", help="misbehave first on every scan (junk_responder)")
     a = ap.parse_args(argv)
-    server = LoopbackLLM(policy_responder(a.policy), port=a.port, record=False).start()
+    responder = junk_responder(a.policy) if a.junk else policy_responder(a.policy)
+    server = LoopbackLLM(responder, port=a.port, record=False).start()
     print(f"PORT {server.port}", flush=True)
     try:
         while True:
