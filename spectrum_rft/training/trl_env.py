@@ -132,7 +132,7 @@ def _tool(declaration: Callable) -> Callable:
         arguments = dict(zip(names, args))
         arguments.update(kwargs)
         arguments = {k: v for k, v in arguments.items() if not (v is None and k in nullable)}
-        return self._call(declaration.__name__, arguments)
+        return self.call(declaration.__name__, arguments)
 
     return call
 
@@ -209,7 +209,9 @@ class SpectrumToolEnv:
             raise RuntimeError("call reset(**row) first")
         return self._env
 
-    def _call(self, name: str, arguments: dict) -> str:
+    @_not_a_tool
+    def call(self, name: str, arguments: Any) -> str:
+        """Hand one tool call, as the model wrote it, to the env (one model turn); the text for the model."""
         env = self._env
         if env is None:
             return "Error: the episode has not started. The call was ignored."
@@ -241,7 +243,7 @@ def judge(row: dict, message: dict | None) -> SpectrumToolEnv:
     env.reset(**{k: v for k, v in row.items() if k != "prompt"})
     for call in (message or {}).get("tool_calls") or []:
         fn = call.get("function", call) if isinstance(call, dict) else {}
-        env._call(str(fn.get("name", "")), fn.get("arguments", {}))  # the env refuses bad input with a message
+        env.call(str(fn.get("name", "")), fn.get("arguments", {}))  # the env refuses bad input with a message
         if env.done:
             break
     return env
