@@ -10,7 +10,7 @@ that step (``time.process_time``; other load on the machine does not count) is t
 completions per CPU-second = completions of the step / its CPU-seconds.
 
     old           sampler trl (TRL's generation + the TRL environment), 1 row x 6, 128 tokens, LoRA top 8, 1 thread
-    new           sampler group (one prefill per group) + constrained tool calls, 2 rows x 8, 160 tokens, LoRA top 8, 1 thread
+    new           sampler group (one prefill per group) + constrained tool calls, 2 rows x 8 (learner micro-batches of 8), 160 tokens, LoRA top 8, 1 thread
     new-2threads  new with 2 torch threads (one run on both cores instead of two runs side by side)
     new-free      new without the grammar (what the constraint costs or saves)
     new-lora4     new with LoRA on the top 4 layers only
@@ -37,13 +37,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 VARIANTS = {
     "old": dict(sampler="trl", constrained=False, prompts=1, group=6, max_completion_length=128, lora_layers=8, threads=1),
-    "new": dict(sampler="group", constrained=True, prompts=2, group=8, max_completion_length=160, lora_layers=8, threads=1),
+    "new": dict(sampler="group", constrained=True, prompts=2, group=8, max_completion_length=160, lora_layers=8, threads=1,
+                micro_batch=8),
     "new-2threads": dict(sampler="group", constrained=True, prompts=2, group=8, max_completion_length=160, lora_layers=8,
-                         threads=2),
+                         threads=2, micro_batch=8),
     "new-free": dict(sampler="group", constrained=False, prompts=2, group=8, max_completion_length=160, lora_layers=8,
-                     threads=1),
+                     threads=1, micro_batch=8),
     "new-lora4": dict(sampler="group", constrained=True, prompts=2, group=8, max_completion_length=160, lora_layers=4,
-                      threads=1),
+                      threads=1, micro_batch=8),
 }
 
 
@@ -104,7 +105,7 @@ def run_variant(name: str, model: str, steps: int, out: Path) -> dict:
             "completions_per_cpu_s": n / cpu, "learner_tokens": tokens, "generation_tokens": generated,
             "prompt_tokens_per_completion": prompt_tokens / n, "mean_completion_tokens": completion_tokens / n,
             "params": summary["parameters"],
-            "valid": sum(1 for r in last if not r["scans_skipped"]) / len(last), "params": params}
+            "valid": sum(1 for r in last if not r["scans_skipped"]) / len(last)}
 
 
 def main() -> None:

@@ -15,15 +15,16 @@
 #    (memory-report); 5. held-out: every final checkpoint and the warm start on the same HELDOUT_SCANS scan
 #    episodes (greedy, paired), and whole episodes through the evaluator (HELDOUT_ROWS bands) for the warm
 #    start and the seed-0 checkpoint of each arm.
-# Knobs (environment): SEEDS, STEPS, PROMPTS, GROUP, MAXLEN, LR, LORA_LAYERS, SFT_ROWS, SCAN_EVAL,
+# Knobs (environment): SEEDS, STEPS, PROMPTS, GROUP, MAXLEN, LR, LORA_LAYERS, MICRO, SFT_ROWS, SCAN_EVAL,
 # HELDOUT_SCANS, HELDOUT_ROWS, STAGES (default "sft valid grpo report heldout").
 # The last round's design (section 8) is this script with SEEDS="0 1" STEPS=20 PROMPTS=1 GROUP=6
-# MAXLEN=128 SAMPLER=trl CONSTRAINED= and its two SFT rounds.
+# MAXLEN=128 SAMPLER=trl CONSTRAINED= MICRO=6 and its two SFT rounds.
 set -euo pipefail
 OUT=${1:-runs/evidence2}
 SEEDS=${SEEDS:-"0 1 2"}; STEPS=${STEPS:-30}; PROMPTS=${PROMPTS:-2}; GROUP=${GROUP:-8}; MAXLEN=${MAXLEN:-160}
 LR=${LR:-3e-4}; LORA_LAYERS=${LORA_LAYERS:-8}; SFT_ROWS=${SFT_ROWS:-160}; SCAN_EVAL=${SCAN_EVAL:-200}
 HELDOUT_SCANS=${HELDOUT_SCANS:-64}; HELDOUT_ROWS=${HELDOUT_ROWS:-4}; SAMPLER=${SAMPLER:-group}
+MICRO=${MICRO:-8}  # learner micro-batch: 16 sequences of ~650 tokens at once took ~10 GB; two runs side by side must fit 24 GB
 CONSTRAINED=${CONSTRAINED---constrained}; STAGES=${STAGES:-"sft valid grpo report heldout"}
 SFT_MODEL=${SFT_MODEL:-$OUT/sft/model}
 mkdir -p "$OUT/scan-eval"
@@ -46,7 +47,8 @@ if has grpo; then
       # shellcheck disable=SC2086
       nice -n 10 spectrum-rft train --arm "$arm" --model "$SFT_MODEL" --seed "$seed" --steps "$STEPS" \
         --prompts "$PROMPTS" --group "$GROUP" --max-completion-length "$MAXLEN" --lr "$LR" \
-        --lora-layers "$LORA_LAYERS" --threads 1 --sampler "$SAMPLER" $CONSTRAINED --save-every 1 --resume \
+        --lora-layers "$LORA_LAYERS" --threads 1 --sampler "$SAMPLER" $CONSTRAINED --micro-batch "$MICRO" \
+        --save-every 1 --resume \
         --out "$run" >> "$OUT/grpo-$arm-s$seed.log" 2>&1 &
       pids+=($!)
     done

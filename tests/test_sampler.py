@@ -156,7 +156,9 @@ def test_config_refuses_combinations_that_cannot_work():
         GrpoConfig(arm="weak-scaffold", memory_mode="icl", sampler="group").check()
     with pytest.raises(ValueError, match="unknown sampler"):
         GrpoConfig(sampler="fast").check()
-    GrpoConfig(sampler="group", constrained=True).check()
+    with pytest.raises(ValueError, match="micro_batch"):
+        GrpoConfig(prompts=2, group=8, micro_batch=3).check()
+    GrpoConfig(sampler="group", constrained=True, micro_batch=8).check()
 
 
 def test_constrained_grpo_step_in_the_real_trainer(tmp_path):
@@ -166,11 +168,13 @@ def test_constrained_grpo_step_in_the_real_trainer(tmp_path):
     from spectrum_rft.training.trl_run import GrpoConfig, run_train
 
     out = tmp_path / "run"
-    cfg = GrpoConfig(out=str(out), arm="weak-scaffold", steps=1, prompts=1, group=3, max_completion_length=256,
-                     lora_layers=1, threads=2, sampler="group", constrained=True, temperature=0.7, seed=1)
+    cfg = GrpoConfig(out=str(out), arm="weak-scaffold", steps=1, prompts=1, group=4, micro_batch=2,
+                     max_completion_length=256, lora_layers=1, threads=2, sampler="group", constrained=True,
+                     temperature=0.7, seed=1)
     run_train(cfg)
     lines = [json.loads(x) for x in (out / "rollouts.jsonl").read_text().splitlines()]
-    assert len(lines) == 3 and len({x["band_fingerprint"] for x in lines}) == 1
+    # one generation of the whole group, learnt in two micro-batches of 2
+    assert len(lines) == 4 and len({x["band_fingerprint"] for x in lines}) == 1
     for x in lines:
         assert x["completion"].startswith("<tool_call>\n{\"name\": \"submit_report\"")
         assert x["completion"].endswith("</tool_call><|im_end|>")

@@ -113,6 +113,7 @@ class GrpoConfig(Common):
     resume: bool = False  # go on from OUT's newest checkpoint (none there: start afresh)
     sampler: str = "trl"  # trl: TRL's generation + the TRL environment (retries within the call budget); group: one prefill per group, one model turn per scan episode (spectrum_rft.training.sampler)
     constrained: bool = False  # tool calls sampled under the grammar of the env's tool_schemas() (always well formed)
+    micro_batch: int = 0  # sequences per learner forward/backward, P*G accumulated over micro-batches (0: all at once)
 
     def check(self) -> None:
         super().check()
@@ -125,6 +126,8 @@ class GrpoConfig(Common):
             raise ValueError("group must be >= 2 (GRPO compares completions of a row)")
         if not self.temperature > 0:
             raise ValueError("temperature must be > 0")
+        if self.micro_batch < 0 or (self.micro_batch and (self.prompts * self.group) % self.micro_batch):
+            raise ValueError(f"micro_batch ({self.micro_batch}) must divide prompts x group ({self.prompts * self.group})")
         if self.sampler not in SAMPLERS:
             raise ValueError(f"unknown sampler {self.sampler!r}; choose one of {', '.join(SAMPLERS)}")
         if self.sampler == "group":
@@ -298,7 +301,9 @@ def run_train(cfg: GrpoConfig, callbacks: list | None = None) -> dict:
                      episode=episode, scan_in_prompt=cfg.sampler == "group")
     calls = EnvConfig().max_calls_per_scan * (1 if episode == "scan" else get_preset(cfg.preset).n_scans)
     tok = load_tokenizer(model_dir)
-    args = GRPOConfig(output_dir=str(out / "trl"), use_cpu=cfg.use_cpu, per_device_train_batch_size=cfg.prompts * cfg.group,
+    micro = cfg.micro_batch or cfg.prompts * cfg.group
+    args = GRPOConfig(output_dir=str(out / "trl"), use_cpu=cfg.use_cpu, per_device_train_batch_size=micro,
+                      gradient_accumulation_steps=cfg.prompts * cfg.group // micro,
                       num_generations=cfg.group, max_completion_length=cfg.max_completion_length, max_steps=cfg.steps,
                       learning_rate=cfg.lr, temperature=cfg.temperature, beta=cfg.beta, logging_steps=1, report_to=[],
                       save_strategy="steps" if cfg.save_every else "no", save_steps=cfg.save_every or 1,
