@@ -62,6 +62,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from spectrum_rft.rollouts.dataset import ROW_PRESETS  # noqa: PLC0415
     from spectrum_rft.task.environment import MEMORY_MODES, PROMPT_VARIANTS  # noqa: PLC0415
 
     ap = _Parser(
@@ -76,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "'local' (SmolLM2 via llama.cpp, started for the run), or any litellm model (openai/<name> "
                          "with --api-base). Repeatable. Default: the ladder " + ", ".join(DEFAULT_LADDER))
     ap.add_argument("--rows", type=_count, default=16, help="dataset rows (bands) per model (>= 1)")
-    ap.add_argument("--preset", default="default")
+    ap.add_argument("--preset", default="default",
+                    help=f"the band preset: {', '.join(ROW_PRESETS)} (the 90-scan schedule has a command of its own)")
     ap.add_argument("--memory-mode", choices=MEMORY_MODES, default=None,
                     help="default: the prompt's (scaffold for the explicit prompt)")
     ap.add_argument("--prompt", choices=PROMPT_VARIANTS, default="explicit", help="system prompt variant")
@@ -128,10 +130,11 @@ def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset:
     ``stopped`` (``"timeout"``, ``"interrupted"``, ``"aborted"``), ``aborted`` (the watchdog's message),
     ``cut_off`` (the models with unfinished rows) and, per model, ``rows_unfinished`` and
     ``unfinished_row_ids``. A local model server started here is watched too (it exiting aborts the run)."""
-    from spectrum_rft.rollouts.dataset import default_memory_mode  # noqa: PLC0415
+    from spectrum_rft.rollouts.dataset import check_row_preset, default_memory_mode  # noqa: PLC0415
     from spectrum_rft.task.environment import EnvConfig  # noqa: PLC0415
 
     memory_mode = memory_mode or default_memory_mode(prompt)
+    check_row_preset(preset)
     EnvConfig(preset=preset, memory_mode=memory_mode, reward=reward, prompt=prompt,  # validate before any work
               **({"max_calls_per_scan": max_calls_per_scan} if max_calls_per_scan is not None else {}))
     if rows < 1 or concurrency < 1 or not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
