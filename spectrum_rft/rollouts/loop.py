@@ -78,6 +78,7 @@ from eval_protocol.models import EvaluationRow, Message, Status
 from eval_protocol.pytest.rollout_processor import RolloutProcessor
 from eval_protocol.pytest.types import RolloutProcessorConfig
 
+from spectrum_rft.rollouts.failures import FAILURE_CAUSES, FAULT_OF_CAUSE, MODEL_FAILURE
 from spectrum_rft.rollouts.scripted import SCRIPTED_MODEL_PREFIX, is_scripted_model, row_metadata  # noqa: F401
 from spectrum_rft.task.environment import SpectrumEnv, ToolResult, env_for_row
 from spectrum_rft.task.window import is_scan_message, window
@@ -107,11 +108,6 @@ class RolloutConfigError(RuntimeError):
 
 # ---- failed model requests: one classification and one error-row contract ------------------------------
 
-MODEL_FAILURE = "model never produced a usable reply"  # the error message of such a row starts with this
-FAILURE_CAUSES = ("connection refused", "http 5xx", "timeout", "rate limited", "empty reply", "bad request", "error")
-_FAULT_OF_CAUSE = {"connection refused": "llm_connection", "http 5xx": "llm_5xx", "timeout": "llm_timeout",
-                   "rate limited": "llm_rate_limited", "empty reply": "llm_empty_choices",
-                   "bad request": "llm_bad_request", "error": "llm_error"}
 
 
 def _chain(exc: BaseException) -> list[BaseException]:
@@ -567,7 +563,7 @@ class SpectrumRolloutProcessor(RolloutProcessor):
                 if status in _BAD_REQUEST_STATUS:
                     ep.record_fault("llm_bad_request")
                     return None
-                ep.record_fault(_FAULT_OF_CAUSE[stats.cause])
+                ep.record_fault(FAULT_OF_CAUSE[stats.cause])
                 continue
             stats.ok_calls += 1
             reply = self._parse(resp, stats)
