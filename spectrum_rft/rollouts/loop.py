@@ -11,8 +11,8 @@ In the shape of verifiers' ``MultiTurnEnv.rollout``::
         no tool call -> episode.no_tool_call()           # the env counts it and says what to tell the model
 
 An :class:`Episode` only *carries* text and tool calls to one :class:`SpectrumEnv` and its answers back:
-:class:`InProcessEpisode` holds the env itself (``turn.py``), :class:`spectrum_rft.rollouts.mcp_client.
-McpEpisode` reaches it over one MCP connection. The env decides everything (what a call does, what an
+:class:`InProcessEpisode` (here; the in-process path, ``turn.py``, uses it) holds the env itself,
+:class:`spectrum_rft.rollouts.mcp_client.McpEpisode` reaches it over one MCP connection. The env decides everything (what a call does, what an
 unknown tool gets, when the call budget closes a scan, what the model is told), so the same model gets the
 same scores, faults and texts on both paths (``tests/test_rollout_parity.py``).
 
@@ -80,6 +80,7 @@ from eval_protocol.pytest.types import RolloutProcessorConfig
 
 from spectrum_rft.rollouts.failures import FAILURE_CAUSES, FAULT_OF_CAUSE, MODEL_FAILURE
 from spectrum_rft.rollouts.scripted import SCRIPTED_MODEL_PREFIX, is_scripted_model, row_metadata  # noqa: F401
+from spectrum_rft.task.actions import is_unparseable
 from spectrum_rft.task.environment import SpectrumEnv, ToolResult, env_for_row
 from spectrum_rft.task.window import is_scan_message, window
 
@@ -215,14 +216,7 @@ def stored_arguments(arguments: str, refused: bool) -> str:
 
 def _bad_arguments(tool_calls: list[dict]) -> bool:
     """Whether some tool call carries arguments that are not JSON at all."""
-    for tc in tool_calls:
-        args = tc["function"]["arguments"]
-        if isinstance(args, str) and args.strip():
-            try:
-                json.loads(args)
-            except (ValueError, RecursionError):
-                return True
-    return False
+    return any(is_unparseable(tc["function"]["arguments"]) for tc in tool_calls)
 
 
 # ---- the episode a transport carries ---------------------------------------------------------------------
@@ -238,9 +232,19 @@ class Opening:
     max_model_calls: int  # a bound the env's call budget keeps the loop under (a guard, never reached)
 
 
+# Model calls the loop allows beyond every scan's budget plus one reply per scan (a guard, never reached).
+CALL_GUARD_SLACK = 8
+
+
+def max_model_calls(n_scans: int, max_calls_per_scan: int) -> int:
+    """The loop's guard on model calls: every scan's call budget, one more reply per scan, some slack. The
+    env's budget closes each scan well before it (both transports compute it from the env's numbers)."""
+    return n_scans * (max_calls_per_scan + 1) + CALL_GUARD_SLACK
+
+
 def opening_of(env: SpectrumEnv) -> Opening:
     return Opening(env.system_prompt(), env.tools(), env.config.memory_mode,
-                   env.n_scans * (env.config.max_calls_per_scan + 1) + 8)
+                   max_model_calls(env.n_scans, env.config.max_calls_per_scan))
 
 
 class Episode(Protocol):
