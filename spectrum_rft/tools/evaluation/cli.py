@@ -115,6 +115,51 @@ def write_dataset(path: Path, n: int, *, preset: str, memory_mode: str | None, r
     return write_jsonl(rows, path)
 
 
+def start_local_models(specs: list[ModelSpec], stack: ExitStack, bar: Progress) -> list[Watchdog]:
+    """Start the llama.cpp server of every ``local`` model on ``stack`` (stopped with it); fill in the
+    spec's params and label; return the servers' failure watchdogs."""
+    dogs: list[Watchdog] = []
+    for i, spec in enumerate(specs):
+        if spec.local:
+            from spectrum_rft.tools.local_llm import local_server  # noqa: PLC0415
+
+            bar.model(i, "local: starting llama.cpp")
+            server = stack.enter_context(local_server())
+            params = dict(getattr(server, "params", server))  # a LocalServer (its params and a supervisor)
+            failure = getattr(server, "failure", None)
+            if callable(failure):
+                dogs.append(failure)
+            spec.params = {**params, **spec.params}
+            spec.label = f"local ({params['model'].split('/', 1)[1]})"
+    return dogs
+
+
+def write_model_rows(specs: list[ModelSpec], run: Any, ids: list[str], rows: int,
+                     path: Path) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Write every model's finished rows to ``path``; (per-model summaries with the unfinished rows, the
+    models the stopped run cut off)."""
+    models: dict[str, dict[str, Any]] = {}
+    cut_off: list[str] = []
+    with path.open("w") as f:
+        for spec in specs:
+            mine = run.by_model[spec.label]
+            for r in mine:
+                f.write(json.dumps(r, separators=(",", ":")) + "\n")
+            s = summarize(mine)
+            s["privileged"] = spec.privileged
+            s["completion_params"] = spec.params
+            done = {(r.get("input_metadata") or {}).get("row_id") for r in mine}
+            s["rows_unfinished"] = max(0, rows - len(mine))
+            s["unfinished_row_ids"] = [i for i in ids if i not in done] if s["rows_unfinished"] else []
+            if run.stopped and s["rows_unfinished"]:
+                s["stopped"] = run.stopped
+                if run.stopped == "aborted":
+                    s["aborted"] = run.message
+                cut_off.append(spec.label)
+            models[spec.label] = s
+    return models, cut_off
+
+
 def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset: str = "default",
              memory_mode: str | None = None, reward: str = "default", prompt: str = "explicit", salt: str = "",
              max_calls_per_scan: int | None = None, concurrency: int = 16, timeout: float = 1800.0,
@@ -146,18 +191,7 @@ def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset:
     bar = Progress(len(specs), rows, path, enabled=progress)
     dogs = list(watchdogs)
     with ExitStack() as stack:
-        for i, spec in enumerate(specs):
-            if spec.local:
-                from spectrum_rft.tools.local_llm import local_server  # noqa: PLC0415
-
-                bar.model(i, "local: starting llama.cpp")
-                server = stack.enter_context(local_server())
-                params = dict(getattr(server, "params", server))  # a LocalServer (its params and a supervisor)
-                failure = getattr(server, "failure", None)
-                if callable(failure):
-                    dogs.append(failure)
-                spec.params = {**params, **spec.params}
-                spec.label = f"local ({params['model'].split('/', 1)[1]})"
+        dogs += start_local_models(specs, stack, bar)
         for spec in specs:  # what the entry's own default completion params carry for this path
             spec.params = {**PATH_PARAM_DEFAULTS.get(path, {}), **spec.params}
         bar.model(0, specs[0].label)
@@ -168,25 +202,7 @@ def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset:
             bar.finish()
     wall = round(time.monotonic() - started, 2)
     ids = [json.loads(line).get("id") for line in dataset.read_text().splitlines() if line.strip()]
-    models: dict[str, dict[str, Any]] = {}
-    cut_off: list[str] = []
-    with (out / "rows.jsonl").open("w") as f:
-        for spec in specs:
-            mine = run.by_model[spec.label]
-            for r in mine:
-                f.write(json.dumps(r, separators=(",", ":")) + "\n")
-            s = summarize(mine)
-            s["privileged"] = spec.privileged
-            s["completion_params"] = spec.params
-            done = {(r.get("input_metadata") or {}).get("row_id") for r in mine}
-            s["rows_unfinished"] = max(0, rows - len(mine))
-            s["unfinished_row_ids"] = [i for i in ids if i not in done] if s["rows_unfinished"] else []
-            if run.stopped and s["rows_unfinished"]:
-                s["stopped"] = run.stopped
-                if run.stopped == "aborted":
-                    s["aborted"] = run.message
-                cut_off.append(spec.label)
-            models[spec.label] = s
+    models, cut_off = write_model_rows(specs, run, ids, rows, out / "rows.jsonl")
     displays = {s.label: s.display for s in specs}
     plot = None
     if run.stopped != "interrupted":  # after Ctrl-C: keep the rows and go, no figure
