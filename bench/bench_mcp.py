@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from rollout_bench import null_logger, print_profile, proc_cpu_s, run_profiled, set_offline, start_loopback  # noqa: E402
+from rollout_bench import (null_logger, parser, print_profile, proc_cpu_s, run_profiled,  # noqa: E402
+                           set_offline, start_loopback)
 
 
 def _vm_hwm_mb(pid: int) -> float | None:
@@ -53,11 +54,7 @@ def run_turn_bench(rows: int, concurrency: int, memory_mode: str) -> dict | None
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rows", type=int, default=96)
-    ap.add_argument("--concurrency", type=int, default=96)
-    ap.add_argument("--memory-mode", default="scaffold")
-    ap.add_argument("--policy", default="accumulate")
+    ap = parser(__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--no-turn", action="store_true", help="skip the in-process path's bench")
     ap.add_argument("--profile", choices=("cprofile",), default=None)

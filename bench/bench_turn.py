@@ -30,16 +30,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from rollout_bench import (null_logger, print_profile, proc_cpu_s, run_profiled, set_offline,  # noqa: E402
-                           start_loopback)
+from rollout_bench import (null_logger, parser, print_profile, proc_cpu_s, run_profiled,  # noqa: E402
+                           set_offline, start_loopback)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rows", type=int, default=96)
-    ap.add_argument("--concurrency", type=int, default=96)
-    ap.add_argument("--memory-mode", default="scaffold")
-    ap.add_argument("--policy", default="accumulate")
+    ap = parser(__doc__.split("\n\n")[0])
     ap.add_argument("--logger", choices=("sqlite", "null"), default="sqlite")
     ap.add_argument("--repeat", type=int, default=1, help="measured batches (reported separately)")
     ap.add_argument("--profile", choices=("cprofile", "pyinstrument"), default=None)

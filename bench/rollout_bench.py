@@ -16,6 +16,18 @@ OFFLINE = {"OPENAI_API_KEY": "dummy",  # the loopback server ignores it; litellm
            "LITELLM_LOCAL_MODEL_COST_MAP": "True", "EP_NO_UPLOAD": "1"}
 
 
+def parser(description: str) -> "argparse.ArgumentParser":
+    """The options both benches take: rows, concurrency, memory mode, the loopback model's policy."""
+    import argparse  # noqa: PLC0415
+
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--rows", type=int, default=96)
+    ap.add_argument("--concurrency", type=int, default=96)
+    ap.add_argument("--memory-mode", default="scaffold")
+    ap.add_argument("--policy", default="accumulate")
+    return ap
+
+
 def set_offline() -> None:
     """The offline settings, for this bench process only (called from ``main``, never at import)."""
     for k, v in OFFLINE.items():
