@@ -38,3 +38,16 @@ def test_the_refusal_reads_as_the_envs():
         with pytest.raises(InvalidArguments) as e:
             parse_arguments(bad)
         assert not res.ok and res.error == str(e.value)
+
+
+def test_serve_hf_reads_history_arguments_with_the_same_parser():
+    """serve-hf hands the chat template objects: JSON decoded, blank as no arguments, junk kept visible."""
+    from spectrum_rft.training.serve import _messages
+
+    def call(args):
+        return {"role": "assistant", "content": None,
+                "tool_calls": [{"id": "c", "type": "function", "function": {"name": "submit_report", "arguments": args}}]}
+
+    got = [m["tool_calls"][0]["function"]["arguments"] for m in _messages([call('{"center_freqs": [1.5]}'), call(" "),
+                                                                           call("{not json"), call(DEEP)])]
+    assert got == [{"center_freqs": [1.5]}, {}, {"_raw": "{not json"}, {"_raw": DEEP}]

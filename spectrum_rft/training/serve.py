@@ -35,6 +35,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from spectrum_rft.task.actions import InvalidArguments, is_blank, parse_arguments
+
 DEFAULT_MAX_TOKENS = 256
 
 
@@ -59,8 +61,8 @@ def _messages(raw: Any) -> list[dict]:
             args = fn.get("arguments")
             if isinstance(args, str):
                 try:
-                    args = json.loads(args) if args.strip() else {}
-                except json.JSONDecodeError:
+                    args = {} if is_blank(args) else parse_arguments(args)
+                except InvalidArguments:
                     args = {"_raw": args}  # what the model wrote, kept visible
             calls.append({"type": "function", "function": {"name": fn.get("name", ""), "arguments": args}})
         if calls:
