@@ -15,7 +15,7 @@ from pathlib import Path
 from eval_protocol.models import EvaluationRow
 from eval_protocol.pytest import evaluation_test
 
-from spectrum_rft.baselines.models import prepare
+from spectrum_rft.baselines.policy_models import prepare
 from spectrum_rft.rollouts.dataset import dataset_adapter
 from spectrum_rft.rollouts.mcp_client import SERVER_SCRIPT, SpectrumMcpRolloutProcessor
 from spectrum_rft.rollouts.row_result import evaluate_row

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import time
@@ -26,7 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_turn import _proc_cpu_s  # noqa: E402  (one implementation: CPU seconds of another process)
+from rollout_bench import (null_logger, parser, print_profile, proc_cpu_s, run_profiled,  # noqa: E402
+                           set_offline, start_loopback)
 
 
 def _vm_hwm_mb(pid: int) -> float | None:
@@ -53,35 +53,40 @@ def run_turn_bench(rows: int, concurrency: int, memory_mode: str) -> dict | None
         return {"error": (out.stderr or out.stdout)[-500:]}
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rows", type=int, default=96)
-    ap.add_argument("--concurrency", type=int, default=96)
-    ap.add_argument("--memory-mode", default="scaffold")
-    ap.add_argument("--policy", default="accumulate")
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = parser(__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--no-turn", action="store_true", help="skip the in-process path's bench")
     ap.add_argument("--profile", choices=("cprofile",), default=None)
     ap.add_argument("--server-profile", default=None, metavar="PATH", help="cProfile the MCP server into PATH")
     ap.add_argument("--json", action="store_true")
-    a = ap.parse_args(argv)
+    return ap.parse_args(argv)
 
-    for k, v in {"OPENAI_API_KEY": "dummy", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "EP_NO_UPLOAD": "1"}.items():
-        os.environ.setdefault(k, v)
 
-    from eval_protocol.dataset_logger.dataset_logger import DatasetLogger  # noqa: PLC0415
+def figures(out: list, wall: float, cpu: float, server_cpu: float | None, model_cpu: tuple, server_pid: int) -> dict:
+    """One measured batch's figures (``model_cpu``: the loopback server's CPU before/after, None off Linux)."""
+    scans = sum(len(r.execution_metadata.extra["spectrum"]["per_scan_reward"]) for r in out)
+    m0, m1 = model_cpu
+    return {
+        "path": "mcp", "rows": len(out), "scans": scans, "errors": sum(1 for r in out if r.rollout_status.is_error()),
+        "scans_skipped": sum(r.execution_metadata.extra["spectrum"]["scans_skipped"] for r in out),
+        "wall_s": round(wall, 3), "rollouts_per_s": round(len(out) / wall, 2),
+        "client_cpu_ms_per_scan": round(1000 * cpu / scans, 2),
+        "server_cpu_ms_per_scan": round(1000 * server_cpu / scans, 2) if server_cpu is not None else None,
+        "cpu_ms_per_scan": round(1000 * (cpu + (server_cpu or 0.0)) / scans, 2),
+        "model_server_cpu_ms_per_scan": round(1000 * (m1 - m0) / scans, 2) if m0 is not None else None,
+        "llm_calls": sum(r.execution_metadata.extra["spectrum_rollout"]["llm_requests"] for r in out),
+        "server_peak_mb": round(_vm_hwm_mb(server_pid) or 0.0, 1),
+        "mean_score": round(sum(r.execution_metadata.extra["spectrum"]["score"] for r in out) / len(out), 4),
+    }
+
+
+def measure(a: argparse.Namespace) -> tuple[list[dict], object]:
+    """Warm up, then ``a.repeat`` measured batches over MCP; (figures, profiler)."""
     from eval_protocol.pytest.types import RolloutProcessorConfig  # noqa: PLC0415
 
-    from bench_turn import start_server as start_loopback  # noqa: PLC0415
     from spectrum_rft.rollouts.dataset import dataset_adapter, make_rows  # noqa: PLC0415
     from spectrum_rft.rollouts.mcp_client import SERVER_SCRIPT, SpectrumMcpRolloutProcessor, SpectrumServer  # noqa: PLC0415
-
-    class NullLogger(DatasetLogger):
-        def log(self, row):
-            return None
-
-        def read(self, rollout_id=None):
-            return []
 
     loopback, lport = start_loopback(a.policy)
     server = SpectrumServer(extra_args=["--profile", a.server_profile] if a.server_profile else None).start()
@@ -90,83 +95,65 @@ def main(argv: list[str] | None = None) -> int:
     processor = SpectrumMcpRolloutProcessor(log_final=False)
 
     async def batch(n_rows: int) -> list:
-        rows = dataset_adapter(raw[:n_rows])
         cfg = RolloutProcessorConfig(completion_params=params, mcp_config_path="", server_script_path=SERVER_SCRIPT,
-                                     steps=144, semaphore=asyncio.Semaphore(a.concurrency), logger=NullLogger(),
+                                     steps=144, semaphore=asyncio.Semaphore(a.concurrency), logger=null_logger(),
                                      kwargs={"start_server": False, "port": server.port})
-        return await asyncio.gather(*processor(rows, cfg))
+        return await asyncio.gather(*processor(dataset_adapter(raw[:n_rows]), cfg))
 
     async def run() -> list[dict]:
         await batch(min(8, a.rows))  # warm-up: imports, litellm's client, the server's first sessions
         results = []
         for _ in range(a.repeat):
-            s0, m0 = _proc_cpu_s(server.pid), _proc_cpu_s(loopback.pid)
+            s0, m0 = proc_cpu_s(server.pid), proc_cpu_s(loopback.pid)
             t0, c0 = time.perf_counter(), time.process_time()
             out = await batch(a.rows)
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-            s1, m1 = _proc_cpu_s(server.pid), _proc_cpu_s(loopback.pid)
-            scans = sum(len(r.execution_metadata.extra["spectrum"]["per_scan_reward"]) for r in out)
-            errors = sum(1 for r in out if r.rollout_status.is_error())
-            skipped = sum(r.execution_metadata.extra["spectrum"]["scans_skipped"] for r in out)
+            s1, m1 = proc_cpu_s(server.pid), proc_cpu_s(loopback.pid)
             server_cpu = (s1 - s0) if s0 is not None and s1 is not None else None
-            results.append({
-                "path": "mcp", "rows": len(out), "scans": scans, "errors": errors, "scans_skipped": skipped,
-                "wall_s": round(wall, 3), "rollouts_per_s": round(len(out) / wall, 2),
-                "client_cpu_ms_per_scan": round(1000 * cpu / scans, 2),
-                "server_cpu_ms_per_scan": round(1000 * server_cpu / scans, 2) if server_cpu is not None else None,
-                "cpu_ms_per_scan": round(1000 * (cpu + (server_cpu or 0.0)) / scans, 2),
-                "model_server_cpu_ms_per_scan": round(1000 * (m1 - m0) / scans, 2) if m0 is not None else None,
-                "llm_calls": sum(r.execution_metadata.extra["spectrum_rollout"]["llm_requests"] for r in out),
-                "server_peak_mb": round(_vm_hwm_mb(server.pid) or 0.0, 1),
-                "mean_score": round(sum(r.execution_metadata.extra["spectrum"]["score"] for r in out) / len(out), 4),
-            })
+            results.append(figures(out, wall, cpu, server_cpu, (m0, m1), server.pid))
         return results
-
-    profiler = None
     try:
-        if a.profile == "cprofile":
-            import cProfile  # noqa: PLC0415
-
-            profiler = cProfile.Profile()
-            profiler.enable()
-            results = asyncio.run(run())
-            profiler.disable()
-        else:
-            results = asyncio.run(run())
+        return run_profiled(run, a.profile)
     finally:
         server.stop(timeout=60 if a.server_profile else 5)
         loopback.terminate()
         loopback.wait(timeout=10)
 
-    turn = None if a.no_turn else run_turn_bench(a.rows, a.concurrency, a.memory_mode)
+
+def print_results(a: argparse.Namespace, results: list[dict], turn: dict | None) -> None:
     if a.json:
         print(json.dumps({"mcp": results, "turn": turn}, indent=2))
+        return
+    print(f"bench_mcp: {a.rows} rows x 12 scans, concurrency {a.concurrency}, memory mode {a.memory_mode}, "
+          f"loopback model = {a.policy} policy in a separate process, real spectrum_server.py process")
+    base = turn if turn is not None and "error" not in turn else None
+    for r in results:
+        vs = (f" ({r['rollouts_per_s'] / base['rollouts_per_s']:.2f}x the in-process path's rollouts/s, "
+              f"{r['cpu_ms_per_scan'] / base['cpu_ms_per_scan']:.2f}x its CPU/scan)") if base else ""
+        print(f"  mcp : {r['rollouts_per_s']:.2f} rollouts/s | {r['cpu_ms_per_scan']:.2f} ms CPU/scan{vs} "
+              f"(client {r['client_cpu_ms_per_scan']:.2f} + server {r['server_cpu_ms_per_scan']}) | server peak "
+              f"{r['server_peak_mb']} MB | model server {r['model_server_cpu_ms_per_scan']} ms/scan | wall "
+              f"{r['wall_s']:.2f} s | scans {r['scans']} (skipped {r['scans_skipped']}, errors {r['errors']}) | "
+              f"model calls {r['llm_calls']} | mean score {r['mean_score']}")
+    if a.no_turn:
+        print("  turn: not measured (--no-turn)")
+    elif turn is None:
+        print("  turn: bench/bench_turn.py not found (in-process path not measured)")
+    elif "error" in turn:
+        print(f"  turn: bench_turn failed: {turn['error']}")
     else:
-        print(f"bench_mcp: {a.rows} rows x 12 scans, concurrency {a.concurrency}, memory mode {a.memory_mode}, "
-              f"loopback model = {a.policy} policy in a separate process, real spectrum_server.py process")
-        base = turn if turn is not None and "error" not in turn else None
-        for r in results:
-            vs = (f" ({r['rollouts_per_s'] / base['rollouts_per_s']:.2f}x the in-process path's rollouts/s, "
-                  f"{r['cpu_ms_per_scan'] / base['cpu_ms_per_scan']:.2f}x its CPU/scan)") if base else ""
-            print(f"  mcp : {r['rollouts_per_s']:.2f} rollouts/s | {r['cpu_ms_per_scan']:.2f} ms CPU/scan{vs} "
-                  f"(client {r['client_cpu_ms_per_scan']:.2f} + server {r['server_cpu_ms_per_scan']}) | server peak "
-                  f"{r['server_peak_mb']} MB | model server {r['model_server_cpu_ms_per_scan']} ms/scan | wall "
-                  f"{r['wall_s']:.2f} s | scans {r['scans']} (skipped {r['scans_skipped']}, errors {r['errors']}) | "
-                  f"model calls {r['llm_calls']} | mean score {r['mean_score']}")
-        if a.no_turn:
-            print("  turn: not measured (--no-turn)")
-        elif turn is None:
-            print("  turn: bench/bench_turn.py not found (in-process path not measured)")
-        elif "error" in turn:
-            print(f"  turn: bench_turn failed: {turn['error']}")
-        else:
-            print(f"  turn: {turn['rollouts_per_s']:.2f} rollouts/s | {turn['cpu_ms_per_scan']:.2f} ms CPU/scan "
-                  f"(single process; sqlite row logging) | wall {turn['wall_s']:.2f} s | scans {turn['scans']} "
-                  f"| mean score {turn['mean_score']}   (in-process path, bench/bench_turn.py, same run)")
-    if profiler is not None:
-        import pstats  # noqa: PLC0415
+        print(f"  turn: {turn['rollouts_per_s']:.2f} rollouts/s | {turn['cpu_ms_per_scan']:.2f} ms CPU/scan "
+              f"(single process; sqlite row logging) | wall {turn['wall_s']:.2f} s | scans {turn['scans']} "
+              f"| mean score {turn['mean_score']}   (in-process path, bench/bench_turn.py, same run)")
 
-        pstats.Stats(profiler).sort_stats("cumulative").print_stats(40)
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    set_offline()
+    results, profiler = measure(a)
+    turn = None if a.no_turn else run_turn_bench(a.rows, a.concurrency, a.memory_mode)
+    print_results(a, results, turn)
+    print_profile(profiler, sort="cumulative", limit=40)
     return 0
 
 

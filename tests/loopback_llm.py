@@ -110,14 +110,14 @@ def calls_this_scan(request: dict) -> int:
 
 
 def policy_responder(policy: str = "accumulate", text: str = "", row: dict | None = None) -> Responder:
-    """Answer like the scripted baseline ``policy`` of :mod:`spectrum_rft.baselines.models` (same decisions
+    """Answer like the scripted baseline ``policy`` of :mod:`spectrum_rft.baselines.policy_models` (same decisions
     as the ``spectrum/<policy>`` litellm model), optionally with some ``text`` in the assistant message.
     The privileged oracle needs ``row`` (``{"row_id", "dataset_info"}``: what a ``spectrum/`` model gets in
     its litellm metadata; an HTTP model never gets it)."""
     root = Path(__file__).resolve().parent.parent
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
-    from spectrum_rft.baselines import models as spectrum_models  # noqa: PLC0415
+    from spectrum_rft.baselines import policy_models as spectrum_models  # noqa: PLC0415
 
     def respond(request: dict) -> Reply:
         said, calls = spectrum_models.decide(policy, request.get("messages") or [], request.get("tools"), row=row)

@@ -165,3 +165,12 @@ def test_env_for_row_honours_an_explicit_seed_zero_included():
     assert seed == seed_for_row("r1")
     with pytest.raises(ValueError, match="run index"):
         env_for_row("b", {"environment_context": {"preset": "bench90", "memory_mode": "none"}})
+
+
+def test_make_rows_refuses_a_run_index_preset_naming_spectrum_rft_bench90():
+    """A bench90 row must pin its run index; the generic row writer would hash the row id instead."""
+    with pytest.raises(ValueError, match="spectrum-rft bench90"):
+        mk.make_rows(1, preset="bench90")
+    with pytest.raises(SystemExit) as e:
+        mk.main(["--n", "1", "--preset", "bench90", "--out", "unused.jsonl"])
+    assert e.value.code == 2

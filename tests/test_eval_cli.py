@@ -171,6 +171,18 @@ def test_unknown_preset_is_refused_before_any_work(tmp_path, capsys):
     assert not (tmp_path / "x" / "dataset.jsonl").exists()
 
 
+def test_bench90_preset_is_refused_up_front_and_names_its_command(tmp_path, capsys):
+    """Issue #20: row-hash seeds cannot be bench90 run indices, so every rollout used to error at reset."""
+    with pytest.raises(SystemExit) as e:
+        se.main(["--preset", "bench90", "--rows", "1", "--model", "memoryless", "--out", str(tmp_path / "x")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "spectrum-rft bench90" in err
+    assert len([ln for ln in err.splitlines() if ln.strip()]) == 1
+    assert not (tmp_path / "x" / "dataset.jsonl").exists()
+    help_text = se.build_parser().format_help()
+    assert "bench90" not in help_text.split("--preset", 1)[1].split("--memory-mode", 1)[0]
+
+
 def test_plot_uses_no_global_backend(tmp_path):
     import matplotlib
 

@@ -195,6 +195,63 @@ def test_no_private_attributes_of_other_libraries():
     assert not bad, "private attributes of other objects or libraries:\n" + "\n".join(bad)
 
 
+# Ideas defined once: the module that may bind each name. Another module binding the name at its top
+# level, or writing one of their values out again as a literal (under any name), is a second definition.
+ONE_DEFINITION = {
+    "FAILURE_CAUSES": "spectrum_rft.rollouts.failures", "MODEL_FAILURE": "spectrum_rft.rollouts.failures",
+    "FAULT_OF_CAUSE": "spectrum_rft.rollouts.failures", "CAUSE_OF_FAULT": "spectrum_rft.rollouts.failures",
+}
+
+
+def _one_definition_values() -> dict[str, object]:
+    import importlib  # noqa: PLC0415
+
+    return {name: getattr(importlib.import_module(mod), name) for name, mod in ONE_DEFINITION.items()}
+
+
+def _second_definitions(modules: dict[str, Path], values: dict[str, object]) -> list[str]:
+    literals = {repr(v): name for name, v in values.items() if isinstance(v, (str, tuple))}
+    bad = []
+    for mod, path in modules.items():
+        tree = ast.parse(path.read_text())
+        rel = path.relative_to(path.parents[len(mod.split(".")) - 1])
+        for node in tree.body:
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, ast.AnnAssign) else []
+            for t in targets:
+                for n in ast.walk(t):
+                    if isinstance(n, ast.Name) and ONE_DEFINITION.get(n.id, mod) != mod:
+                        bad.append(f"{rel}:{node.lineno}: defines {n.id} again ({ONE_DEFINITION[n.id]} has it)")
+        if any(ONE_DEFINITION[name] == mod for name in ONE_DEFINITION):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Constant, ast.Tuple)):
+                try:
+                    key = repr(ast.literal_eval(node))
+                except ValueError:
+                    continue
+                if key in literals:
+                    bad.append(f"{rel}:{node.lineno}: writes out {literals[key]} again")
+    return bad
+
+
+def test_one_definition_per_idea():
+    bad = _second_definitions(MODULES, _one_definition_values())
+    assert not bad, "ideas defined twice:\n" + "\n".join(bad)
+
+
+def test_the_one_definition_check_sees_a_copy(tmp_path):
+    values = _one_definition_values()
+    probe = tmp_path / "spectrum_rft" / "tools"
+    probe.mkdir(parents=True)
+    (probe / "a.py").write_text("FAILURE_CAUSES = ('x',)\n")
+    (probe / "b.py").write_text(f"WHY = {values['MODEL_FAILURE']!r}\nCAUSES = {values['FAILURE_CAUSES']!r}\n")
+    bad = "\n".join(_second_definitions({"spectrum_rft.tools.a": probe / "a.py",
+                                          "spectrum_rft.tools.b": probe / "b.py"}, values))
+    assert "defines FAILURE_CAUSES again" in bad
+    assert "writes out MODEL_FAILURE again" in bad and "writes out FAILURE_CAUSES again" in bad
+
+
 @pytest.mark.parametrize("folder", ["env", "build", "dist", "vendor", "coverage"])
 def test_no_folder_the_uploader_drops(folder):
     """eval-protocol's uploader silently leaves out folders with these names, at any depth."""
@@ -230,3 +287,47 @@ def test_the_checker_sees_a_violation(monkeypatch, tmp_path):
     found = "\n".join(_private_uses(probe / "m.py"))
     assert "litellm._private_thing" in found and "self._tool_manager" in found
     assert f"overrides S.{private} of a library class" in found
+
+
+def _readme_layout() -> dict[str, list[str]]:
+    """The README's layout table: layer -> the names in its ``modules`` column (in backticks)."""
+    import re  # noqa: PLC0415
+
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 3 and re.fullmatch(r"`\w+`", cells[0]):
+            rows[cells[0].strip("`")] = re.findall(r"`([\w/]+)`", cells[1])
+    return rows
+
+
+def _layout_problems(rows: dict[str, list[str]]) -> list[str]:
+    bad = [f"layer {layer} has no row in the README's layout table" for layer in RANK if layer not in rows]
+    for layer, names in rows.items():
+        folder = PKG / layer
+        if layer not in RANK or not folder.is_dir():
+            bad.append(f"the README's layout table names a layer {layer!r} that does not exist")
+            continue
+        have = {p.stem for p in folder.glob("*.py") if p.stem != "__init__"} \
+            | {f"{p.parent.name}/" for p in folder.glob("*/__init__.py")}
+        bad += [f"{layer}: {name} is not in the README's layout table" for name in sorted(have - set(names))]
+        bad += [f"{layer}: the README's layout table names {name}, which is not there" for name in names
+                if name not in have and not (folder / name.rstrip("/")).is_dir()]
+    return bad
+
+
+def test_readme_layout_table_lists_every_module():
+    """The README's layout table cannot drift: every module and sub-package of a layer is in its row, and
+    every name in a row exists (a data folder such as ``templates/`` may be named too)."""
+    bad = _layout_problems(_readme_layout())
+    assert not bad, "README.md, ## Layout:\n" + "\n".join(bad)
+
+
+def test_the_layout_check_sees_a_missing_and_a_stale_name():
+    rows = _readme_layout()
+    rows["task"] = [n for n in rows["task"] if n != "window"] + ["gone"]
+    bad = "\n".join(_layout_problems(rows))
+    assert "task: window is not in the README's layout table" in bad
+    assert "task: the README's layout table names gone, which is not there" in bad

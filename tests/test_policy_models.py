@@ -10,7 +10,7 @@ import sys
 import litellm
 import pytest
 
-from spectrum_rft.baselines import models as spectrum_models
+from spectrum_rft.baselines import policy_models as spectrum_models
 from spectrum_rft.rollouts.dataset import dataset_adapter, make_rows
 from spectrum_rft.task.environment import EnvConfig, SpectrumEnv, env_for_row
 
@@ -118,7 +118,7 @@ def test_prepare_registers_only_for_spectrum_models(monkeypatch):
 
 
 def test_importing_registers_nothing():
-    code = ("import litellm, spectrum_rft.baselines.models, spectrum_rft.rollouts.dataset\n"
+    code = ("import litellm, spectrum_rft.baselines.policy_models, spectrum_rft.rollouts.dataset\n"
             "assert not any(p.get('provider') == 'spectrum' for p in litellm.custom_provider_map)\n")
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
 

@@ -28,7 +28,7 @@ from spectrum_rft.rollouts.dataset import dataset_adapter, make_rows  # noqa: E4
 from spectrum_rft.task.environment import env_for_row  # noqa: E402
 from spectrum_rft.rollouts.row_result import evaluate_row  # noqa: E402
 from spectrum_rft.task.environment import EXTRA_SUBMIT  # noqa: E402
-from spectrum_rft.baselines import models as spectrum_models  # noqa: E402
+from spectrum_rft.baselines import policy_models as spectrum_models  # noqa: E402
 from spectrum_rft.rollouts.loop import InProcessEpisode, _Stats, run_tools  # noqa: E402
 from spectrum_rft.rollouts.turn import NUDGE, SpectrumTurnRolloutProcessor  # noqa: E402
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from spectrum_rft.baselines.policies import make_policy, oracle_report
+from spectrum_rft.common.stats import mean, mean_or
 from spectrum_rft.task.scan_format import parse_scan
 from spectrum_rft.task.environment import EnvConfig, SpectrumEnv, get_preset, seed_for_row
 
@@ -50,19 +51,11 @@ def audit(preset: str, reward: str, episodes: int, policies: Sequence[str] | Non
     env = SpectrumEnv(EnvConfig(preset=preset, reward=reward, memory_mode=memory_mode))
     out: dict[str, dict] = {}
     for name in policies:
-        acc = {"score": 0.0, "memory_gain": 0.0, "dormant_recall": 0.0}
-        n_recall = 0
-        for i in range(episodes):
-            m = run_episode(env, name, seed_for_row(f"audit-{i}"))
-            acc["score"] += m["score"]
-            acc["memory_gain"] += m["memory_gain"] or 0.0
-            if m["dormant_recall"] is not None:
-                acc["dormant_recall"] += m["dormant_recall"]
-                n_recall += 1
-        out[name] = {
-            "score": acc["score"] / episodes,
-            "memory_gain": acc["memory_gain"] / episodes,
-            "dormant_recall": acc["dormant_recall"] / n_recall if n_recall else None,
+        ms = [run_episode(env, name, seed_for_row(f"audit-{i}")) for i in range(episodes)]
+        out[name] = {  # every episode weighs the same; an undefined memory_gain counts as 0
+            "score": mean_or([m["score"] for m in ms], 0.0),
+            "memory_gain": mean_or([m["memory_gain"] or 0.0 for m in ms], 0.0),
+            "dormant_recall": mean([m["dormant_recall"] for m in ms]),  # over the episodes that define it
         }
     blind = {k: v for k, v in out.items() if k.startswith(("carpet-", "random-"))}
     best_blind = max(blind, key=lambda k: blind[k]["score"]) if blind else None

@@ -26,6 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
+from spectrum_rft.task.presets import TX_WIDTH
 from spectrum_rft.task.scan_format import ParsedScan, parse_scan  # noqa: F401 (re-exported: what policies read)
 
 
@@ -74,7 +75,7 @@ class Accumulate(Policy):
 
     name = "accumulate"
 
-    def __init__(self, default_width: float = 8.0):
+    def __init__(self, default_width: float = TX_WIDTH):
         self.items: list[list[float]] = []  # [centre, width, count, last_seen]
         self.t = 0
         self.default_width = default_width
@@ -134,7 +135,7 @@ class RandomK(Policy):
     def act(self) -> dict:
         lo, hi = self.last.band
         n = min(self.k, self.last.max_regions)
-        return _report(sorted(self.rng.uniform(lo, hi, size=n)), [8.0] * n, self.last.max_regions, self.last.band)
+        return _report(sorted(self.rng.uniform(lo, hi, size=n)), [TX_WIDTH] * n, self.last.max_regions, self.last.band)
 
 
 def oracle_report(truth: Sequence[tuple[float, float]]) -> dict:

@@ -7,6 +7,10 @@ import signal
 import socket
 import subprocess
 import time
+from pathlib import Path
+
+# How much of a child's log an error message quotes (its last characters).
+LOG_TAIL_CHARS = 3000
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -54,3 +58,13 @@ def stop_process_group(proc: subprocess.Popen, grace: float = 15.0) -> None:
             except ProcessLookupError:
                 pass
     proc.wait()
+
+
+def log_tail(path: Path, n: int = LOG_TAIL_CHARS) -> str:
+    """The end of a child process's log for an error message: its last ``n`` bytes as text, or
+    ``"(no server output)"`` when there is none (or it cannot be read)."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return "(no server output)"
+    return data[-n:].decode("utf-8", "replace").strip() or "(no server output)"

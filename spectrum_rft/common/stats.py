@@ -19,3 +19,10 @@ def stdev(values: Iterable[float]) -> float:
         raise ValueError("stdev needs at least two values")
     m = math.fsum(v) / len(v)
     return math.sqrt(math.fsum((x - m) ** 2 for x in v) / (len(v) - 1))
+
+
+def mean_or(values: Iterable[float | None], empty: float) -> float:
+    """:func:`mean`, or ``empty`` when there is nothing to average (0.0 where no scans score 0, NaN where a
+    table should print ``nan`` for an empty slice rather than fail)."""
+    m = mean(values)
+    return empty if m is None else m

@@ -23,10 +23,23 @@ import sys
 from pathlib import Path
 from typing import Iterable
 
-from spectrum_rft.task.environment import MEMORY_MODES, PRESETS, PROMPT_VARIANTS, EnvConfig, row_seed
+from spectrum_rft.task.environment import MEMORY_MODES, PRESETS, PROMPT_VARIANTS, EnvConfig, get_preset, row_seed
 
 USER_PROMPT_TEMPLATE = "{observation}"
 FIRST_USER_MESSAGE = "Begin monitoring. The first scan follows."
+
+
+# The presets a generated row can play: its seed is hashed from the row id. A preset whose seed is the run
+# index of a fixed schedule (bench90) has rows of its own, pinned to the run (``spectrum-rft bench90``).
+ROW_PRESETS: tuple[str, ...] = tuple(name for name, p in PRESETS.items() if not p.seed_is_run_index)
+
+
+def check_row_preset(preset: str) -> None:
+    """Refuse, in one line, a preset that rows with row-hash seeds cannot play (unknown names included)."""
+    if get_preset(preset).seed_is_run_index:
+        raise ValueError(f"preset {preset!r} plays a fixed schedule by run index, which generated rows (seeded from "
+                         f"their ids) cannot pin: run it with `spectrum-rft bench90`; rows take "
+                         f"{', '.join(ROW_PRESETS)}")
 
 
 def default_memory_mode(prompt: str) -> str:
@@ -36,7 +49,9 @@ def default_memory_mode(prompt: str) -> str:
 def make_rows(n: int, *, prompt: str = "explicit", memory_mode: str | None = None, preset: str = "default",
               reward: str = "default", think: bool = False, epochs: int = 1, salt: str = "",
               prefix: str = "spectrum") -> list[dict]:
-    """Raw rows: ``{"id", "system_prompt", "user_prompt_template", "environment_context"}``."""
+    """Raw rows: ``{"id", "system_prompt", "user_prompt_template", "environment_context"}``. ``preset``: one
+    of :data:`ROW_PRESETS` (:func:`check_row_preset`)."""
+    check_row_preset(preset)
     cfg = EnvConfig(preset=preset, memory_mode=memory_mode or default_memory_mode(prompt), reward=reward,
                     prompt=prompt, think=think, salt=salt)
     from spectrum_rft.task.environment import render_system_prompt  # noqa: PLC0415
@@ -105,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompt", choices=PROMPT_VARIANTS, default="explicit")
     ap.add_argument("--memory-mode", choices=MEMORY_MODES, default=None,
                     help="default: notepad for notepad prompts, else scaffold")
-    ap.add_argument("--preset", default="default", help=f"one of {', '.join(PRESETS)} (or bench90)")
+    ap.add_argument("--preset", default="default", help=f"one of {', '.join(ROW_PRESETS)} (bench90: spectrum-rft bench90)")
     ap.add_argument("--reward", default="default")
     ap.add_argument("--think", action=argparse.BooleanOptionalAction, default=False)
     ap.add_argument("--epochs", type=int, default=1)

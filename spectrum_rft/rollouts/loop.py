@@ -11,8 +11,8 @@ In the shape of verifiers' ``MultiTurnEnv.rollout``::
         no tool call -> episode.no_tool_call()           # the env counts it and says what to tell the model
 
 An :class:`Episode` only *carries* text and tool calls to one :class:`SpectrumEnv` and its answers back:
-:class:`InProcessEpisode` holds the env itself (``turn.py``), :class:`spectrum_rft.rollouts.mcp_client.
-McpEpisode` reaches it over one MCP connection. The env decides everything (what a call does, what an
+:class:`InProcessEpisode` (here; the in-process path, ``turn.py``, uses it) holds the env itself,
+:class:`spectrum_rft.rollouts.mcp_client.McpEpisode` reaches it over one MCP connection. The env decides everything (what a call does, what an
 unknown tool gets, when the call budget closes a scan, what the model is told), so the same model gets the
 same scores, faults and texts on both paths (``tests/test_rollout_parity.py``).
 
@@ -78,7 +78,9 @@ from eval_protocol.models import EvaluationRow, Message, Status
 from eval_protocol.pytest.rollout_processor import RolloutProcessor
 from eval_protocol.pytest.types import RolloutProcessorConfig
 
+from spectrum_rft.rollouts.failures import FAILURE_CAUSES, FAULT_OF_CAUSE, MODEL_FAILURE
 from spectrum_rft.rollouts.scripted import SCRIPTED_MODEL_PREFIX, is_scripted_model, row_metadata  # noqa: F401
+from spectrum_rft.task.actions import is_unparseable
 from spectrum_rft.task.environment import SpectrumEnv, ToolResult, env_for_row
 from spectrum_rft.task.window import is_scan_message, window
 
@@ -107,11 +109,6 @@ class RolloutConfigError(RuntimeError):
 
 # ---- failed model requests: one classification and one error-row contract ------------------------------
 
-MODEL_FAILURE = "model never produced a usable reply"  # the error message of such a row starts with this
-FAILURE_CAUSES = ("connection refused", "http 5xx", "timeout", "rate limited", "empty reply", "bad request", "error")
-_FAULT_OF_CAUSE = {"connection refused": "llm_connection", "http 5xx": "llm_5xx", "timeout": "llm_timeout",
-                   "rate limited": "llm_rate_limited", "empty reply": "llm_empty_choices",
-                   "bad request": "llm_bad_request", "error": "llm_error"}
 
 
 def _chain(exc: BaseException) -> list[BaseException]:
@@ -219,14 +216,7 @@ def stored_arguments(arguments: str, refused: bool) -> str:
 
 def _bad_arguments(tool_calls: list[dict]) -> bool:
     """Whether some tool call carries arguments that are not JSON at all."""
-    for tc in tool_calls:
-        args = tc["function"]["arguments"]
-        if isinstance(args, str) and args.strip():
-            try:
-                json.loads(args)
-            except (ValueError, RecursionError):
-                return True
-    return False
+    return any(is_unparseable(tc["function"]["arguments"]) for tc in tool_calls)
 
 
 # ---- the episode a transport carries ---------------------------------------------------------------------
@@ -242,9 +232,19 @@ class Opening:
     max_model_calls: int  # a bound the env's call budget keeps the loop under (a guard, never reached)
 
 
+# Model calls the loop allows beyond every scan's budget plus one reply per scan (a guard, never reached).
+CALL_GUARD_SLACK = 8
+
+
+def max_model_calls(n_scans: int, max_calls_per_scan: int) -> int:
+    """The loop's guard on model calls: every scan's call budget, one more reply per scan, some slack. The
+    env's budget closes each scan well before it (both transports compute it from the env's numbers)."""
+    return n_scans * (max_calls_per_scan + 1) + CALL_GUARD_SLACK
+
+
 def opening_of(env: SpectrumEnv) -> Opening:
     return Opening(env.system_prompt(), env.tools(), env.config.memory_mode,
-                   env.n_scans * (env.config.max_calls_per_scan + 1) + 8)
+                   max_model_calls(env.n_scans, env.config.max_calls_per_scan))
 
 
 class Episode(Protocol):
@@ -567,7 +567,7 @@ class SpectrumRolloutProcessor(RolloutProcessor):
                 if status in _BAD_REQUEST_STATUS:
                     ep.record_fault("llm_bad_request")
                     return None
-                ep.record_fault(_FAULT_OF_CAUSE[stats.cause])
+                ep.record_fault(FAULT_OF_CAUSE[stats.cause])
                 continue
             stats.ok_calls += 1
             reply = self._parse(resp, stats)

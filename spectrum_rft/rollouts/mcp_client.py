@@ -1,6 +1,6 @@
 """The MCP rollout path: the rollout loop (:mod:`spectrum_rft.rollouts.loop`) over an MCP connection.
 
-Each rollout opens one MCP connection (the ``mcp`` SDK's public ``streamablehttp_client`` +
+Each rollout opens one MCP connection (the ``mcp`` SDK's public ``streamable_http_client`` +
 ``ClientSession``) to the spectrum server (:mod:`spectrum_rft.rollouts.mcp_server`, a real ``McpGym``), whose
 env for that connection judges every call; :class:`McpEpisode` only carries text and tool calls (wire
 protocol: :mod:`spectrum_rft.rollouts.mcp_protocol`). Same loop, same retries and failure rules, same row
@@ -41,17 +41,22 @@ from typing import Any, AsyncIterator
 
 import httpx
 from mcp.client.session import ClientSession
-from mcp.client.streamable_http import streamablehttp_client
+try:  # mcp >= 1.24 (what eval-protocol 0.3.23 and 0.3.33 resolve under requirements.txt: the newest 1.x)
+    from mcp.client.streamable_http import streamable_http_client
+except ImportError:  # pragma: no cover - an older mcp 1.x: only the name that 1.30 deprecates
+    streamable_http_client = None
+    from mcp.client.streamable_http import streamablehttp_client
 from mcp.types import CallToolResult, Implementation
 from pydantic import AnyUrl
 
 from eval_protocol.models import EvaluationRow
 from eval_protocol.pytest.types import RolloutProcessorConfig
 
-from spectrum_rft.common.processes import free_port, stop_process
-from spectrum_rft.rollouts.loop import Opening, SpectrumRolloutProcessor
+from spectrum_rft.common.processes import free_port, log_tail, stop_process
+from spectrum_rft.rollouts.loop import Opening, SpectrumRolloutProcessor, max_model_calls
 from spectrum_rft.rollouts.mcp_protocol import (CLIENT_INFO_KEY, EPISODE_URI, EVENT_TOOL, FAULTS_KEY,
                                                 INLINE_MAX_CHARS, META_KEY, RAW_TOOL, TURN_KEY)
+from spectrum_rft.task.actions import is_blank, parse_arguments
 from spectrum_rft.task.environment import MAX_ARGUMENT_BYTES, ToolResult, argument_bytes
 
 SERVER_SCRIPT = str(Path(__file__).resolve().parent / "server_main.py")  # or the root's spectrum_server.py
@@ -104,7 +109,7 @@ class McpEpisode:
             props = {k: (v or {}).get("type") for k, v in (p.get("properties") or {}).items()}
             self._schemas[t["function"]["name"]] = (props, set(p.get("required") or ()))
         return Opening(d["system_prompt"], d["tools"], d["memory_mode"],
-                       int(d["n_scans"]) * (int(d["max_calls_per_scan"]) + 1) + 8)
+                       max_model_calls(int(d["n_scans"]), int(d["max_calls_per_scan"])))
 
     def structured(self, name: str, arguments: str) -> dict | None:
         """The arguments as the env tool's MCP arguments, when that carries them unchanged: a small JSON
@@ -115,9 +120,9 @@ class McpEpisode:
         if schema is None or len(arguments) > INLINE_MAX_CHARS:
             return None
         try:
-            args = json.loads(arguments) if arguments.strip() else {}
+            args = {} if is_blank(arguments) else parse_arguments(arguments)
             json.dumps(args, allow_nan=False)
-        except (ValueError, RecursionError):
+        except (ValueError, RecursionError):  # InvalidArguments (not JSON); NaN/infinity, too deep to re-encode
             return None
         props, required = schema
         if not isinstance(args, dict) or not set(args) <= set(props) or not required <= set(args) \
@@ -185,12 +190,25 @@ class McpEpisode:
 
 
 @contextlib.asynccontextmanager
+async def _mcp_streams(url: str) -> AsyncIterator[tuple]:
+    """mcp's streamable-HTTP transport to ``url`` over :func:`_mcp_http_client` (the session is terminated
+    on close): ``streamable_http_client`` with our client, or on an older mcp its deprecated predecessor with
+    our client factory (the same client, with the same defaults)."""
+    if streamable_http_client is not None:
+        async with _mcp_http_client() as client, \
+                streamable_http_client(url, http_client=client, terminate_on_close=True) as streams:
+            yield streams
+    else:  # pragma: no cover - older mcp
+        async with streamablehttp_client(url, terminate_on_close=True, httpx_client_factory=_mcp_http_client) as streams:
+            yield streams
+
+
+@contextlib.asynccontextmanager
 async def mcp_episode(url: str, row: EvaluationRow) -> AsyncIterator[McpEpisode]:
     """An :class:`McpEpisode` for ``row`` on the server at ``url`` (its own connection and env)."""
     info = Implementation(name="spectrum-rft", version="1", **{CLIENT_INFO_KEY: {
         "row_id": row.input_metadata.row_id, "dataset_info": dict(row.input_metadata.dataset_info or {})}})
-    async with streamablehttp_client(url, terminate_on_close=True, httpx_client_factory=_mcp_http_client) as (
-            read, write, _):
+    async with _mcp_streams(url) as (read, write, _):
         async with ClientSession(read, write, client_info=info) as session:
             await session.initialize()
             yield McpEpisode(session)
@@ -235,9 +253,9 @@ class SpectrumServer:
                 if s.connect_ex(("127.0.0.1", self.port)) == 0:
                     return self
             time.sleep(0.05)
-        log_tail = self.log_path.read_text()[-3000:] if self.log_path.exists() else ""
+        tail = log_tail(self.log_path)
         self.stop(keep_log=True)
-        raise RuntimeError(f"spectrum server did not start on port {self.port}:\n{log_tail}")
+        raise RuntimeError(f"spectrum server did not start on port {self.port}:\n{tail}")
 
     def stop(self, keep_log: bool = False, timeout: float = 5.0) -> None:
         p, self.process = self.process, None
@@ -254,15 +272,6 @@ class SpectrumServer:
 
 _SHARED: dict[tuple[str, int | None], SpectrumServer] = {}
 _SHARED_LOCK = threading.Lock()
-
-
-def stop_shared_servers() -> None:
-    """Stop every shared server of this process (processors' ``cleanup()`` stops the ones they started)."""
-    with _SHARED_LOCK:
-        servers = list(_SHARED.values())
-        _SHARED.clear()
-    for s in servers:
-        s.stop()
 
 
 # --------------------------------------------------------------------------------------------------

@@ -11,7 +11,9 @@ from typing import Any
 
 from eval_protocol.models import EvaluateResult, EvaluationRow, MetricResult, StepOutput
 
-# Metrics that are descriptions, not numbers to average: they go into MetricResult.data.
+from spectrum_rft.rollouts.failures import MODEL_FAILURE
+
+# Metric values that are quantities (a MetricResult score); anything else is described in reason and data.
 _SCALAR_TYPES = (int, float)
 
 
@@ -85,7 +87,7 @@ def evaluate_row(row: EvaluationRow) -> EvaluationRow:
         failure = rollout.get("model_failure") if isinstance(rollout, dict) else None
         if isinstance(failure, dict):
             metrics["model_failure"] = MetricResult(score=0.0, is_score_valid=False, data=dict(failure),
-                                                    reason=f"model never produced a usable reply: {failure.get('cause')}")
+                                                    reason=f"{MODEL_FAILURE}: {failure.get('cause')}")
         row.evaluation_result = EvaluateResult(score=0.0, is_score_valid=True, metrics=metrics,
                                                reason=f"rollout error: {status.message}")
         return row

@@ -12,11 +12,12 @@ Pieces, in the order a reader needs them:
 
 * the schedule: :data:`CHANNELS`, :data:`STAGES`, :func:`stage_scans` (a stage's 30 scans in canonical
   order, from the stage seed), :func:`run_order` (which canonical scan is played at each position);
-* :data:`BENCH90`, the :class:`spectrum_adapter.Preset` (``episode(seed)`` reads ``seed`` as the run
-  index 0..4), which ``get_preset("bench90")`` returns;
-* the runners: scripted ``spectrum/<policy>`` models played directly on the environment (the fast path),
-  or any litellm model through the in-process rollout processor (``spectrum_turn_processor``);
-* :func:`summarize` (per-run and mean available-IoU, stage means, first-10 vs last-10) and :func:`main`.
+* :data:`BENCH90`, a :class:`spectrum_rft.task.episode.Preset` (``episode(seed)`` reads ``seed`` as the
+  run index 0..4), which ``get_preset("bench90")`` returns.
+
+The runners (scripted ``spectrum/<policy>`` models played directly on the environment, or any litellm
+model through the in-process rollout processor), the summary (per-run and mean available-IoU, stage
+means, first-10 vs last-10) and the command live in :mod:`spectrum_rft.tools.bench90`.
 
 Every scan is scored by the environment with ``reward="avail_iou"`` (CLBench's metric) against the 13
 canonical channels; occupied-IoU is reported as a diagnostic.
@@ -182,7 +183,7 @@ def stage_of(position: int) -> int:
 
 @dataclass(frozen=True)
 class Bench90Preset:
-    """The schedule as a :class:`spectrum_adapter.Preset`. ``episode(seed)``: ``seed`` is the run index."""
+    """The schedule as a :class:`spectrum_rft.task.episode.Preset`. ``episode(seed)``: ``seed`` is the run index."""
 
     name: str = "bench90"
     band: tuple[float, float] = BAND
@@ -191,7 +192,7 @@ class Bench90Preset:
     max_regions: int = 24
     report_width: float | None = None  # reports carry a bandwidth per region
     default_width: float = 10.0  # a region reported without a bandwidth
-    # spectrum_adapter.env_for_row: a row plays its pinned environment_context["seed"] (the run index),
+    # spectrum_rft.task.environment.env_for_row: a row plays its pinned environment_context["seed"] (the run index),
     # never a seed hashed from its row id.
     seed_is_run_index: bool = True
 

@@ -10,6 +10,11 @@ import numpy as np
 from spectrum_rft.task.bench90 import BENCH90
 from spectrum_rft.task.episode import Episode, Peak, Preset, Scan
 
+# MHz: the width of every transmitter of the original experiment (and of ``default``), hence also the width
+# a report's region gets when the preset fixes it, and the width the scripted policies assume.
+TX_WIDTH = 8.0
+
+
 @dataclass(frozen=True)
 class RoundRobinPreset:
     """A random band of fixed-width transmitters seen through round-robin dormancy.
@@ -22,7 +27,7 @@ class RoundRobinPreset:
     name: str
     band: tuple[float, float] = (0.0, 180.0)
     n_tx: tuple[int, int] = (11, 14)  # inclusive, drawn uniformly
-    width: float = 8.0
+    width: float = TX_WIDTH
     margin: float = 8.0  # centres lie in [lo + margin, hi - margin]
     min_spacing: float = 10.0
     n_scans: int = 12
@@ -41,8 +46,8 @@ class RoundRobinPreset:
     fa_width: tuple[float, float] = (1.0, 5.0)
     noise_floor: float = -50.0
     max_regions: int = 16
-    report_width: float | None = 8.0
-    default_width: float = 8.0
+    report_width: float | None = TX_WIDTH
+    default_width: float = TX_WIDTH
     seed_is_run_index: bool = False
 
     def episode(self, seed: int) -> Episode:

@@ -1,9 +1,10 @@
 """Which messages the model sees: one pure function shared by both rollout paths.
 
 * ``icl``: the whole conversation.
-* every other memory mode (``none``, ``notepad``, ``scaffold``, ``scrambled``): the ICL-off window, i.e.
-  the system message + the message carrying the current scan + this scan's own tool traffic. Its only
-  memory across scans is then what the environment puts into the scan (scaffold echo) or the notepad.
+* every other memory mode (``none``, ``notepad``, ``scaffold``, ``scrambled``, ``icl_notepad``): the ICL-off
+  window, i.e. the system message + the message carrying the current scan + this scan's own tool traffic.
+  Its only memory across scans is then what the environment puts into the scan (the scaffold echo, the
+  ``icl_notepad`` notepad shown with each scan) or the notepad the model reads back (``notepad``).
 
 A scan is recognised by the environment's scan header (:func:`spectrum_rft.task.scan_format.is_scan_text`)
 in a ``user`` message (in-process path) or in the result of a ``submit_report`` call (MCP path: the scan

@@ -20,7 +20,7 @@ import math
 import sys
 from typing import Any, Sequence
 
-from spectrum_rft.common.stats import mean
+from spectrum_rft.common.stats import mean_or
 from spectrum_rft.rollouts.scripted import SCRIPTED_MODEL_PREFIX
 from spectrum_rft.task.bench90 import BENCH90, N_RUNS, SCANS_PER_STAGE, STAGES, check_run
 from spectrum_rft.task.environment import EnvConfig, SpectrumEnv
@@ -49,7 +49,7 @@ def play_policy(policy: str, system: str, run: int, prompt: str = "weak") -> lis
     """A scripted policy played directly on the environment (no litellm, no dialogue loop); returns the
     env's per-scan records. The policy reads exactly what the model would under ``system``: the current
     scan (``stateless``), every scan so far (``icl``, no token budget), the echo (``scaffold``), or the
-    current scan with its notepad (``icl_notepad``, through :func:`spectrum_rft.baselines.models.decide`).
+    current scan with its notepad (``icl_notepad``, through :func:`spectrum_rft.baselines.policy_models.decide`).
     The privileged oracle is handed the truth of the env played here."""
     from spectrum_rft.baselines import policies as sp  # noqa: PLC0415
     from spectrum_rft.baselines.audit import run_episode  # noqa: PLC0415
@@ -59,7 +59,7 @@ def play_policy(policy: str, system: str, run: int, prompt: str = "weak") -> lis
     if system != "icl_notepad":
         run_episode(env, policy, check_run(run), history=(system == "icl"))
         return env.scan_records()
-    from spectrum_rft.baselines import models as spectrum_models  # noqa: PLC0415  (litellm: only for this system)
+    from spectrum_rft.baselines import policy_models as spectrum_models  # noqa: PLC0415  (litellm: only for this system)
 
     obs, _ = env.reset(seed=check_run(run))
     truth = env.truth() if policy == "oracle" else None
@@ -81,10 +81,8 @@ def play_policy(policy: str, system: str, run: int, prompt: str = "weak") -> lis
 
 
 def _mean(xs: Sequence[float | None]) -> float:
-    """:func:`spectrum_rft.common.stats.mean` (None values skipped); NaN, explicitly, when nothing is
-    left to average (an empty slice: the tables print ``nan`` rather than fail)."""
-    m = mean(xs)
-    return math.nan if m is None else m
+    """The mean (None values skipped); NaN when nothing is left to average (an empty slice prints ``nan``)."""
+    return mean_or(xs, math.nan)
 
 
 def summarize_run(run: int, records: Sequence[dict]) -> dict:
@@ -223,7 +221,7 @@ def run_with_processor(model: str, system: str, runs: int, prompt: str = "weak",
 
     from eval_protocol.pytest.types import RolloutProcessorConfig  # noqa: PLC0415
 
-    from spectrum_rft.baselines import models as spectrum_models  # noqa: PLC0415
+    from spectrum_rft.baselines import policy_models as spectrum_models  # noqa: PLC0415
     from spectrum_rft.rollouts.turn import SpectrumTurnRolloutProcessor  # noqa: PLC0415
 
     rows = bench_rows(model, system, runs, prompt, think)

@@ -41,7 +41,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from spectrum_rft.common.processes import free_port, stop_process
+from spectrum_rft.common.processes import free_port, log_tail, stop_process
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_ALIAS = "smollm2-135m"
@@ -107,14 +107,6 @@ SIGILL_HINT = ("SIGILL: this llama.cpp was compiled for instructions this CPU do
 
 def _hint(returncode: int) -> str:
     return f"\n{SIGILL_HINT}" if returncode == -signal.SIGILL else ""
-
-
-def log_tail(path: Path, n: int = 3000) -> str:
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return "(no server output)"
-    return data[-n:].decode("utf-8", "replace").strip() or "(no server output)"
 
 
 def _http_json(url: str, body: dict | None = None, timeout: float = 5.0) -> dict | None:

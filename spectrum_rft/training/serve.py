@@ -10,6 +10,17 @@ rewarded. One request at a time (CPU), greedy when ``temperature`` is 0 or absen
 
     POST /v1/chat/completions   {messages, tools?, max_tokens?, temperature?}
     GET  /v1/models
+
+Why not ``transformers serve`` (transformers 5.24, ``/v1/chat/completions``): it renders with the saved
+tokenizer's template too, but it does not read tool calls back the way training did. It calls
+``tokenizer.parse_response`` directly (``transformers/cli/serving/utils.py``, ``parse_assistant_message``),
+while GRPO read completions with TRL's ``parse_response``, which falls back to plain text on a malformed
+tool call, strips a wrongly appended EOS and drops tool calls missing required fields; it decodes the
+arguments of every earlier tool call with a bare ``json.loads``, so a transcript that carries a refused
+non-JSON call (the rollout loop keeps one on its last try) fails the request, where this server keeps it
+visible (``{"_raw": ...}``); it samples with the checkpoint's ``generation_config`` unless told otherwise,
+where this server is greedy at temperature 0 or absent; and it needs the ``serving`` extra. A tool call
+the trainer rewarded would not always reach the evaluator the same way.
 """
 
 from __future__ import annotations
@@ -23,6 +34,8 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+from spectrum_rft.task.actions import InvalidArguments, is_blank, parse_arguments
 
 DEFAULT_MAX_TOKENS = 256
 
@@ -48,8 +61,8 @@ def _messages(raw: Any) -> list[dict]:
             args = fn.get("arguments")
             if isinstance(args, str):
                 try:
-                    args = json.loads(args) if args.strip() else {}
-                except json.JSONDecodeError:
+                    args = {} if is_blank(args) else parse_arguments(args)
+                except InvalidArguments:
                     args = {"_raw": args}  # what the model wrote, kept visible
             calls.append({"type": "function", "function": {"name": fn.get("name", ""), "arguments": args}})
         if calls:

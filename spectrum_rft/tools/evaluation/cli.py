@@ -62,6 +62,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from spectrum_rft.rollouts.dataset import ROW_PRESETS  # noqa: PLC0415
     from spectrum_rft.task.environment import MEMORY_MODES, PROMPT_VARIANTS  # noqa: PLC0415
 
     ap = _Parser(
@@ -76,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "'local' (SmolLM2 via llama.cpp, started for the run), or any litellm model (openai/<name> "
                          "with --api-base). Repeatable. Default: the ladder " + ", ".join(DEFAULT_LADDER))
     ap.add_argument("--rows", type=_count, default=16, help="dataset rows (bands) per model (>= 1)")
-    ap.add_argument("--preset", default="default")
+    ap.add_argument("--preset", default="default",
+                    help=f"the band preset: {', '.join(ROW_PRESETS)} (the 90-scan schedule has a command of its own)")
     ap.add_argument("--memory-mode", choices=MEMORY_MODES, default=None,
                     help="default: the prompt's (scaffold for the explicit prompt)")
     ap.add_argument("--prompt", choices=PROMPT_VARIANTS, default="explicit", help="system prompt variant")
@@ -113,61 +115,32 @@ def write_dataset(path: Path, n: int, *, preset: str, memory_mode: str | None, r
     return write_jsonl(rows, path)
 
 
-def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset: str = "default",
-             memory_mode: str | None = None, reward: str = "default", prompt: str = "explicit", salt: str = "",
-             max_calls_per_scan: int | None = None, concurrency: int = 16, timeout: float = 1800.0,
-             keep_ep_logs: bool = False, progress: bool = True,
-             watchdogs: Sequence[Watchdog] = ()) -> dict[str, Any]:
-    """Run every model through the ``path`` entry; write rows, summary and plot under ``out``; return the
-    summary (``models[label]``: the table's metrics, the per-scan curve, row and error counts, error
-    causes, fault totals, skipped scans).
+def start_local_models(specs: list[ModelSpec], stack: ExitStack, bar: Progress) -> list[Watchdog]:
+    """Start the llama.cpp server of every ``local`` model on ``stack`` (stopped with it); fill in the
+    spec's params and label; return the servers' failure watchdogs."""
+    dogs: list[Watchdog] = []
+    for i, spec in enumerate(specs):
+        if spec.local:
+            from spectrum_rft.tools.local_llm import local_server  # noqa: PLC0415
 
-    ``timeout`` is per model (the run gets ``timeout`` x models). ``watchdogs``: callables polled about
-    every 0.5 s while the rollouts run; the first message one returns stops the run. A run stopped by
-    the timeout, Ctrl-C or a watchdog still writes every row that finished; the summary says
-    ``stopped`` (``"timeout"``, ``"interrupted"``, ``"aborted"``), ``aborted`` (the watchdog's message),
-    ``cut_off`` (the models with unfinished rows) and, per model, ``rows_unfinished`` and
-    ``unfinished_row_ids``. A local model server started here is watched too (it exiting aborts the run)."""
-    from spectrum_rft.rollouts.dataset import default_memory_mode  # noqa: PLC0415
-    from spectrum_rft.task.environment import EnvConfig  # noqa: PLC0415
+            bar.model(i, "local: starting llama.cpp")
+            server = stack.enter_context(local_server())
+            params = dict(getattr(server, "params", server))  # a LocalServer (its params and a supervisor)
+            failure = getattr(server, "failure", None)
+            if callable(failure):
+                dogs.append(failure)
+            spec.params = {**params, **spec.params}
+            spec.label = f"local ({params['model'].split('/', 1)[1]})"
+    return dogs
 
-    memory_mode = memory_mode or default_memory_mode(prompt)
-    EnvConfig(preset=preset, memory_mode=memory_mode, reward=reward, prompt=prompt,  # validate before any work
-              **({"max_calls_per_scan": max_calls_per_scan} if max_calls_per_scan is not None else {}))
-    if rows < 1 or concurrency < 1 or not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
-        raise ValueError("rows and concurrency must be >= 1 and timeout a finite number of seconds > 0")
-    out.mkdir(parents=True, exist_ok=True)
-    dataset = write_dataset(out / "dataset.jsonl", rows, preset=preset, memory_mode=memory_mode, reward=reward,
-                            prompt=prompt, salt=salt, max_calls_per_scan=max_calls_per_scan)
-    started = time.monotonic()
-    bar = Progress(len(specs), rows, path, enabled=progress)
-    dogs = list(watchdogs)
-    with ExitStack() as stack:
-        for i, spec in enumerate(specs):
-            if spec.local:
-                from spectrum_rft.tools.local_llm import local_server  # noqa: PLC0415
 
-                bar.model(i, "local: starting llama.cpp")
-                server = stack.enter_context(local_server())
-                params = dict(getattr(server, "params", server))  # a LocalServer (its params and a supervisor)
-                failure = getattr(server, "failure", None)
-                if callable(failure):
-                    dogs.append(failure)
-                spec.params = {**params, **spec.params}
-                spec.label = f"local ({params['model'].split('/', 1)[1]})"
-        for spec in specs:  # what the entry's own default completion params carry for this path
-            spec.params = {**PATH_PARAM_DEFAULTS.get(path, {}), **spec.params}
-        bar.model(0, specs[0].label)
-        try:
-            run = run_models(path, specs, dataset, rows, concurrency=concurrency, log_path=out / "pytest.log",
-                             timeout=timeout * len(specs), keep_ep_logs=keep_ep_logs, progress=bar, watchdogs=dogs)
-        finally:
-            bar.finish()
-    wall = round(time.monotonic() - started, 2)
-    ids = [json.loads(line).get("id") for line in dataset.read_text().splitlines() if line.strip()]
+def write_model_rows(specs: list[ModelSpec], run: Any, ids: list[str], rows: int,
+                     path: Path) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Write every model's finished rows to ``path``; (per-model summaries with the unfinished rows, the
+    models the stopped run cut off)."""
     models: dict[str, dict[str, Any]] = {}
     cut_off: list[str] = []
-    with (out / "rows.jsonl").open("w") as f:
+    with path.open("w") as f:
         for spec in specs:
             mine = run.by_model[spec.label]
             for r in mine:
@@ -184,6 +157,52 @@ def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset:
                     s["aborted"] = run.message
                 cut_off.append(spec.label)
             models[spec.label] = s
+    return models, cut_off
+
+
+def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset: str = "default",
+             memory_mode: str | None = None, reward: str = "default", prompt: str = "explicit", salt: str = "",
+             max_calls_per_scan: int | None = None, concurrency: int = 16, timeout: float = 1800.0,
+             keep_ep_logs: bool = False, progress: bool = True,
+             watchdogs: Sequence[Watchdog] = ()) -> dict[str, Any]:
+    """Run every model through the ``path`` entry; write rows, summary and plot under ``out``; return the
+    summary (``models[label]``: the table's metrics, the per-scan curve, row and error counts, error
+    causes, fault totals, skipped scans).
+
+    ``timeout`` is per model (the run gets ``timeout`` x models). ``watchdogs``: callables polled about
+    every 0.5 s while the rollouts run; the first message one returns stops the run. A run stopped by
+    the timeout, Ctrl-C or a watchdog still writes every row that finished; the summary says
+    ``stopped`` (``"timeout"``, ``"interrupted"``, ``"aborted"``), ``aborted`` (the watchdog's message),
+    ``cut_off`` (the models with unfinished rows) and, per model, ``rows_unfinished`` and
+    ``unfinished_row_ids``. A local model server started here is watched too (it exiting aborts the run)."""
+    from spectrum_rft.rollouts.dataset import check_row_preset, default_memory_mode  # noqa: PLC0415
+    from spectrum_rft.task.environment import EnvConfig  # noqa: PLC0415
+
+    memory_mode = memory_mode or default_memory_mode(prompt)
+    check_row_preset(preset)
+    EnvConfig(preset=preset, memory_mode=memory_mode, reward=reward, prompt=prompt,  # validate before any work
+              **({"max_calls_per_scan": max_calls_per_scan} if max_calls_per_scan is not None else {}))
+    if rows < 1 or concurrency < 1 or not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
+        raise ValueError("rows and concurrency must be >= 1 and timeout a finite number of seconds > 0")
+    out.mkdir(parents=True, exist_ok=True)
+    dataset = write_dataset(out / "dataset.jsonl", rows, preset=preset, memory_mode=memory_mode, reward=reward,
+                            prompt=prompt, salt=salt, max_calls_per_scan=max_calls_per_scan)
+    started = time.monotonic()
+    bar = Progress(len(specs), rows, path, enabled=progress)
+    dogs = list(watchdogs)
+    with ExitStack() as stack:
+        dogs += start_local_models(specs, stack, bar)
+        for spec in specs:  # what the entry's own default completion params carry for this path
+            spec.params = {**PATH_PARAM_DEFAULTS.get(path, {}), **spec.params}
+        bar.model(0, specs[0].label)
+        try:
+            run = run_models(path, specs, dataset, rows, concurrency=concurrency, log_path=out / "pytest.log",
+                             timeout=timeout * len(specs), keep_ep_logs=keep_ep_logs, progress=bar, watchdogs=dogs)
+        finally:
+            bar.finish()
+    wall = round(time.monotonic() - started, 2)
+    ids = [json.loads(line).get("id") for line in dataset.read_text().splitlines() if line.strip()]
+    models, cut_off = write_model_rows(specs, run, ids, rows, out / "rows.jsonl")
     displays = {s.label: s.display for s in specs}
     plot = None
     if run.stopped != "interrupted":  # after Ctrl-C: keep the rows and go, no figure

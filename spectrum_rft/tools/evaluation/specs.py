@@ -12,7 +12,7 @@ DEFAULT_LADDER = ("memoryless", "accumulate", "oracle")
 POLICY_PREFIX = SCRIPTED_MODEL_PREFIX  # the scripted baselines as litellm models
 PRIVILEGED = {"spectrum/oracle"}
 # eval-protocol's McpGym policy caches responses unless told not to: identical first prompts of a row's
-# rollouts would come back identical (EVAL_PROTOCOL_NOTES.md); test_spectrum_rft's own default turns it off.
+# rollouts would come back identical (use_caching: False turns it off); test_spectrum_rft's own default does.
 PATH_PARAM_DEFAULTS: dict[str, dict[str, Any]] = {"mcp": {"use_caching": False}}
 
 
@@ -22,7 +22,7 @@ class ModelSpec:
 
     label: str
     params: dict[str, Any] = field(default_factory=dict)
-    local: bool = False  # started by this run (spectrum_local.local_server)
+    local: bool = False  # started by this run (spectrum_rft.tools.local_llm.local_server)
 
     @property
     def privileged(self) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
+from spectrum_rft.rollouts.failures import CAUSE_OF_FAULT, FAILURE_CAUSES, MODEL_FAILURE
 from spectrum_rft.task.reward import is_finite_number
 
 METRICS = ("score", "mean_occ", "mean_avail", "memory_gain", "dormant_recall", "scans_skipped")
@@ -55,10 +56,8 @@ def is_error_row(row: dict) -> bool:
     return ((row.get("rollout_status") or {}).get("code")) == 13  # Status.Code.INTERNAL
 
 
-# Why a rollout errored: the rollout processors' model-failure causes (extra["spectrum_rollout"]
-# ["model_failure"]["cause"]), the same words for errors classified here from the status message.
-FAILURE_CAUSES = ("connection refused", "http 5xx", "timeout", "rate limited", "empty reply", "bad request", "error")
-MODEL_FAILURE = "model never produced a usable reply"
+# Why a rollout errored: the rollout loop's model-failure causes (extra["spectrum_rollout"]["model_failure"]
+# ["cause"], spectrum_rft.rollouts.failures), the same words for errors classified here from the status message.
 _CAUSE_TEXT: tuple[tuple[str, re.Pattern], ...] = tuple((cause, re.compile(rx, re.I)) for cause, rx in (
     ("connection refused", r"connection refused|APIConnectionError|connection error|connecterror|connect call failed"
                            r"|failed to establish|cannot connect|name or service not known|connection reset"
@@ -71,10 +70,6 @@ _CAUSE_TEXT: tuple[tuple[str, re.Pattern], ...] = tuple((cause, re.compile(rx, r
     ("bad request", r"BadRequest|bad request|NotFoundError|AuthenticationError|PermissionDenied|invalid_request"
                     r"|UnprocessableEntity|request rejected|\b(?:http|status|code|error)\W{0,3}4\d\d\b"),
 ))
-# env fault kinds of failed model requests -> the same causes (a finished row that skipped every scan)
-_FAULT_CAUSE = {"llm_connection": "connection refused", "llm_5xx": "http 5xx", "llm_timeout": "timeout",
-                "llm_rate_limited": "rate limited", "llm_empty_choices": "empty reply",
-                "llm_bad_request": "bad request", "llm_error": "error"}
 
 
 def classify_failure_text(text: str | None) -> str:
@@ -179,7 +174,7 @@ def summarize(rows: Sequence[dict]) -> dict[str, Any]:
     for k, v in faults.items():
         groups[fault_group(k)] = groups.get(fault_group(k), 0) + v
     out["fault_groups"] = dict(sorted(groups.items(), key=lambda kv: (-kv[1], kv[0])))
-    llm = {c: v for k, v in faults.items() if (c := _FAULT_CAUSE.get(k))}
+    llm = {c: v for k, v in faults.items() if (c := CAUSE_OF_FAULT.get(k))}
     out["llm_failure_cause"] = max(llm, key=lambda c: llm[c]) if llm else None
     scans = [x for x in (row_scans(r) for r in rows) if x is not None]
     out["scans_skipped_total"] = sum(k for k, _ in scans)

@@ -24,8 +24,11 @@ What each model does with the messages it is sent:
   (:func:`spectrum_rft.rollouts.scripted.row_metadata`); the oracle rebuilds that row's environment
   (:func:`spectrum_rft.task.environment.env_for_row` + ``reset``) and reports its true transmitters, after
   checking that the scan it is shown is that row's. Without the metadata it answers in plain text saying
-  so (no tool call). No process-wide state: nothing is registered ahead of a rollout. Labelled so in
-  every table.
+  so (no tool call). Labelled so in every table.
+
+The one piece of process-wide state is litellm's: :func:`register` adds the ``spectrum`` provider to
+litellm's global ``custom_provider_map`` (once, idempotent; never at import). The models themselves keep
+no state between calls: each answer is computed from the messages (and, for the oracle, the row) it gets.
 """
 
 from __future__ import annotations

@@ -1,0 +1,20 @@
+"""Why a model request failed: the causes, the error-row message prefix and the env fault kind of each cause.
+
+The one definition both sides read: the rollout loop (:mod:`spectrum_rft.rollouts.loop`) classifies a failed
+request into a cause, records the cause's fault kind in the env and, when the model never answered, marks
+the row with :data:`MODEL_FAILURE`; ``spectrum-rft eval`` (:mod:`spectrum_rft.tools.evaluation.summary`)
+reads the causes back from error rows and from fault counts. No imports: cheap for the reporting side.
+"""
+
+from __future__ import annotations
+
+# The error message of a row whose model never produced a usable reply starts with this.
+MODEL_FAILURE = "model never produced a usable reply"
+# Every cause, in the order reports list them; "error" is the catch-all.
+FAILURE_CAUSES = ("connection refused", "http 5xx", "timeout", "rate limited", "empty reply", "bad request", "error")
+# The env fault kind the loop records for a failed request of each cause, and back.
+FAULT_OF_CAUSE: dict[str, str] = {
+    "connection refused": "llm_connection", "http 5xx": "llm_5xx", "timeout": "llm_timeout",
+    "rate limited": "llm_rate_limited", "empty reply": "llm_empty_choices", "bad request": "llm_bad_request",
+    "error": "llm_error"}
+CAUSE_OF_FAULT: dict[str, str] = {fault: cause for cause, fault in FAULT_OF_CAUSE.items()}
