@@ -63,23 +63,21 @@ def matmul_flops(threads: int, d: int = 576, f: int = 1536, n: int = 1024) -> fl
     return 2 * n * d * f / best
 
 
-class StepClock:
-    """A TrainerCallback that takes the process's CPU time and wall time of every step."""
+def step_clock():
+    """A TrainerCallback recording each step's (CPU seconds of this process, wall seconds) in ``.steps``."""
+    from transformers import TrainerCallback
 
-    def __init__(self):
-        from transformers import TrainerCallback
+    class StepClock(TrainerCallback):
+        def __init__(self):
+            self.steps: list[tuple[float, float]] = []
 
-        clock = self
+        def on_step_begin(self, args, state, control, **kw):
+            self.t0 = (time.process_time(), time.perf_counter())
 
-        class _CB(TrainerCallback):
-            def on_step_begin(self, args, state, control, **kw):
-                clock.t0 = (time.process_time(), time.perf_counter())
+        def on_step_end(self, args, state, control, **kw):
+            self.steps.append((time.process_time() - self.t0[0], time.perf_counter() - self.t0[1]))
 
-            def on_step_end(self, args, state, control, **kw):
-                clock.steps.append((time.process_time() - clock.t0[0], time.perf_counter() - clock.t0[1]))
-
-        self.steps: list[tuple[float, float]] = []
-        self.callback = _CB()
+    return StepClock()
 
 
 def run_variant(name: str, model: str, steps: int, out: Path) -> dict:
@@ -88,8 +86,8 @@ def run_variant(name: str, model: str, steps: int, out: Path) -> dict:
 
     v = VARIANTS[name]
     cfg = GrpoConfig(out=str(out / name), model=model, arm="weak-scaffold", steps=steps, seed=0, **v)
-    clock = StepClock()
-    summary = trl_run.run_train(cfg, callbacks=[clock.callback])
+    clock = step_clock()
+    summary = trl_run.run_train(cfg, callbacks=[clock])
     logs = [json.loads(x) for x in (out / name / "metrics.jsonl").read_text().splitlines()]
     logs = [x for x in logs if "num_tokens" in x]
     tokens = logs[-1]["num_tokens"] - (logs[-2]["num_tokens"] if len(logs) > 1 else 0)

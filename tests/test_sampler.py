@@ -78,16 +78,17 @@ def test_grammar_accepts_the_templates_call_and_refuses_malformed_ones(smollm):
 def test_constrained_samples_are_reports_the_env_accepts(smollm):
     from trl.chat_template_utils import parse_response
 
-    from spectrum_rft.training.trl_data import grpo_rows, tool_schemas_of
+    from spectrum_rft.training.trl_data import grpo_rows, scan_sampler, tool_schemas_of
     from spectrum_rft.training.trl_env import judge, tool_env_class
 
     tok, model = smollm
     row = grpo_rows(1, prompt="weak", memory_mode="scaffold", salt="test-sampler", scan_in_prompt=True)[0]
-    s = S.GroupSampler(tok, tools=tool_schemas_of(tool_env_class("scaffold")()), grammar_tools=tool_schemas("scaffold"),
-                       constrained=True, max_new_tokens=256, vocab_size=model.config.vocab_size)
+    s = scan_sampler(tok, "scaffold", constrained=True, max_new_tokens=256, vocab_size=model.config.vocab_size)
+    assert s.tools == tool_schemas_of(tool_env_class("scaffold")())  # the prompt renders TRL's tool schemas
     ids = s.prompt_ids(row["prompt"])
     comps, logps = s.sample(model, ids, 4, temperature=1.0, seed=3)
     assert s.stats.prefill_tokens == len(ids) - 1  # one prefill for the group
+    scored = 0
     for c, lp in zip(comps, logps):
         assert c[-1] in s.stop_ids and len(lp) == len(c) and all(x <= 1e-6 for x in lp)
         message = parse_response(tok, c, prefix=ids)
@@ -96,9 +97,13 @@ def test_constrained_samples_are_reports_the_env_accepts(smollm):
         centres = calls[0]["function"]["arguments"]["center_freqs"]
         assert isinstance(centres, list) and len(centres) <= 16
         m = judge(row, message).metrics()
+        scored += m["scans_skipped"] == 0
         band = (0.0, 480.0)
         if all(band[0] <= x <= band[1] for x in centres) and "bandwidths" not in calls[0]["function"]["arguments"]:
             assert m["scans_skipped"] == 0  # a well-formed in-band report is always scored
+        else:  # the grammar cannot know the band: the env refuses such a report, and says so
+            assert m["scans_skipped"] == 1 and m["faults"].get("invalid_report", 0) >= 1
+    assert scored >= 1, "no constrained completion was a report the env scored"
 
 
 def test_group_prefill_equals_separate_prompts_greedy(smollm):
@@ -132,7 +137,12 @@ def test_scan_prompt_is_the_env_paths_text():
 
 def test_judge_scores_text_only_and_junk_as_skipped():
     from spectrum_rft.training.trl_data import grpo_rows
-    from spectrum_rft.training.trl_env import judge
+    from spectrum_rft.training.trl_env import judge, message_calls
+
+    assert message_calls({"tool_calls": [{"function": {"name": "a", "arguments": {"x": 1}}}, "junk",
+                                         {"name": "b", "arguments": "{}"}]}) == [
+        {"name": "a", "arguments": {"x": 1}}, {"name": "b", "arguments": "{}"}]
+    assert message_calls(None) == message_calls({"tool_calls": "x"}) == []
 
     row = grpo_rows(1, prompt="weak", memory_mode="scaffold", salt="s")[0]
     for message in (None, {"role": "assistant", "content": "no call"},

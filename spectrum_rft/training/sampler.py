@@ -174,8 +174,8 @@ class GroupSampler:
         import torch  # noqa: PLC0415
 
         new = out.sequences[:, prompt_len:]
-        logps = torch.stack([torch.log_softmax(s.float(), dim=-1) for s in out.scores], dim=1)  # (n, T, V)
-        taken = logps.gather(-1, new[:, : logps.shape[1]].unsqueeze(-1)).squeeze(-1)
+        taken = torch.stack([torch.log_softmax(s.float(), dim=-1).gather(-1, new[:, t:t + 1]).squeeze(-1)
+                             for t, s in enumerate(out.scores)], dim=1)  # (n, T): the sampled tokens only
         stops = set(self.stop_ids)
         completions, logprobs = [], []
         for row, lp in zip(new.tolist(), taken.tolist()):

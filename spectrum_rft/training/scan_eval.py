@@ -24,7 +24,6 @@ from typing import Any
 
 from spectrum_rft.common.stats import mean
 from spectrum_rft.task.arms import ARMS
-from spectrum_rft.task.environment import tool_schemas
 
 SUMMARY_KEYS = ("valid", "score", "gain_vs_memoryless", "gain_valid", "echo_copy")
 
@@ -36,10 +35,9 @@ def evaluate(model_dir: str | Path, *, arm: str = "weak-scaffold", scans: int = 
     import torch  # noqa: PLC0415
     from trl.chat_template_utils import parse_response  # noqa: PLC0415
 
-    from spectrum_rft.training.sampler import GroupSampler  # noqa: PLC0415
     from spectrum_rft.training.trl_common import load_model, load_tokenizer  # noqa: PLC0415
-    from spectrum_rft.training.trl_data import grpo_rows, tool_schemas_of  # noqa: PLC0415
-    from spectrum_rft.training.trl_env import judge, tool_env_class  # noqa: PLC0415
+    from spectrum_rft.training.trl_data import grpo_rows, scan_sampler  # noqa: PLC0415
+    from spectrum_rft.training.trl_env import judge  # noqa: PLC0415
 
     if threads:
         torch.set_num_threads(threads)
@@ -49,9 +47,8 @@ def evaluate(model_dir: str | Path, *, arm: str = "weak-scaffold", scans: int = 
     model.eval()
     rows = grpo_rows(scans, prompt=a.prompt, memory_mode=a.memory_mode, salt=salt, prefix="scan-eval",
                      episode="scan", scan_in_prompt=True)
-    sampler = GroupSampler(tok, tools=tool_schemas_of(tool_env_class(a.memory_mode)()),
-                           grammar_tools=tool_schemas(a.memory_mode), constrained=constrained,
-                           max_new_tokens=max_new_tokens, vocab_size=model.config.vocab_size)
+    sampler = scan_sampler(tok, a.memory_mode, constrained=constrained, max_new_tokens=max_new_tokens,
+                           vocab_size=model.config.vocab_size)
     records = []
     t0 = time.time()
     for start in range(0, len(rows), batch):

@@ -73,6 +73,18 @@ def tool_schemas_of(env: Any) -> list[dict]:
     return [get_json_schema(getattr(env, name)) for name in sorted(tool_names(env))]
 
 
+def scan_sampler(tokenizer: Any, memory_mode: str, *, preset: str = "default", constrained: bool = False,
+                 max_new_tokens: int = 160, vocab_size: int | None = None) -> Any:
+    """The :class:`~spectrum_rft.training.sampler.GroupSampler` of a memory mode: the prompt renders the
+    tools as TRL does (as in SFT and on the env path), the grammar follows the env's ``tool_schemas()``."""
+    from spectrum_rft.task.environment import tool_schemas  # noqa: PLC0415
+    from spectrum_rft.training.sampler import GroupSampler  # noqa: PLC0415
+
+    return GroupSampler(tokenizer, tools=tool_schemas_of(tool_env_class(memory_mode)()),
+                        grammar_tools=tool_schemas(memory_mode, preset), constrained=constrained,
+                        max_new_tokens=max_new_tokens, vocab_size=vocab_size)
+
+
 def _call(name: str, arguments: dict) -> dict:
     return {"role": "assistant", "content": "",
             "tool_calls": [{"type": "function", "function": {"name": name, "arguments": arguments}}]}

@@ -234,16 +234,27 @@ def scan_prompt(row: dict) -> list[dict]:
     return [*head, {**last, "content": last["content"] + obs}]
 
 
+def message_calls(message: Any) -> list[dict]:
+    """The tool calls of an assistant message as TRL parses it (``tool_calls``, OpenAI-shaped or bare), as
+    ``{"name", "arguments"}`` dicts in order; anything that is not a call is left out."""
+    calls = message.get("tool_calls") if isinstance(message, dict) else None
+    out = []
+    for call in calls if isinstance(calls, list) else []:
+        fn = call.get("function", call) if isinstance(call, dict) else None
+        if isinstance(fn, dict):
+            out.append({"name": fn.get("name"), "arguments": fn.get("arguments")})
+    return out
+
+
 def judge(row: dict, message: dict | None) -> SpectrumToolEnv:
     """A fresh env for ``row`` (the same band and scan as every other completion of the row) that has judged
     the completion ``message`` (an assistant message as TRL parses it: ``tool_calls`` in order, each one
     model turn, as on the env path). A completion without tool calls leaves the scan unreported (skipped,
     scored as an empty report). The env alone scores; nothing is read from the text but the calls."""
     env = tool_env_class(row["environment_context"]["memory_mode"])()
-    env.reset(**{k: v for k, v in row.items() if k != "prompt"})
-    for call in (message or {}).get("tool_calls") or []:
-        fn = call.get("function", call) if isinstance(call, dict) else {}
-        env.call(str(fn.get("name", "")), fn.get("arguments", {}))  # the env refuses bad input with a message
+    env.reset(**row)
+    for call in message_calls(message):
+        env.call(str(call["name"] or ""), call["arguments"])  # the env refuses bad input with a message
         if env.done:
             break
     return env

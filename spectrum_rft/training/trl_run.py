@@ -13,12 +13,12 @@ winning. CPU by default (a smoke run); on GPUs the same command runs under ``acc
 
 A run directory holds ``config.json`` (effective config), ``code_revision.json``, ``metrics.jsonl`` (TRL's
 log, one line per step), ``rollouts.jsonl`` (train: one line per completion: step, row id, scan, band
-fingerprint, score and memory metrics), ``adapter/`` (LoRA) and ``model/`` (merged, with tokenizer).
+fingerprint, score and memory metrics, the completion's text and parsed calls), ``adapter/`` (LoRA) and
+``model/`` (merged, with tokenizer).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -30,9 +30,9 @@ from spectrum_rft.task.environment import EnvConfig, get_preset, tool_schemas
 from spectrum_rft.training.provenance import append_jsonl, code_revision, write_json
 from spectrum_rft.training.trl_common import (load_model, load_tokenizer, log_callback, parse_or_say, portable_path,
                                               save_model, start_record)
-from spectrum_rft.training.sampler import GroupSampler, tool_call_grammar
-from spectrum_rft.training.trl_data import episode_for, grpo_rows, sft_conversation, tool_schemas_of
-from spectrum_rft.training.trl_env import judge, spectrum_reward, tool_env_class
+from spectrum_rft.training.sampler import tool_call_grammar
+from spectrum_rft.training.trl_data import episode_for, grpo_rows, scan_sampler, sft_conversation
+from spectrum_rft.training.trl_env import judge, message_calls, spectrum_reward, tool_env_class
 
 
 @dataclass
@@ -246,13 +246,6 @@ def sft_main(argv: list[str] | None = None) -> int:
 # --------------------------------------------------------------------------------------------------
 
 
-def _calls(completion: Any) -> list[dict]:
-    """The tool calls of a completion, as TRL parsed them (name and arguments)."""
-    if not isinstance(completion, list):
-        return []
-    return [c.get("function", c) for m in completion if isinstance(m, dict) for c in m.get("tool_calls") or []]
-
-
 def make_reward(path: Path, tokenizer: Any):
     """The reward function TRL calls: :func:`spectrum_reward`, plus one ``rollouts.jsonl`` line per
     completion (the run's record of what each candidate wrote, as text (bounded) and as the calls TRL
@@ -272,14 +265,14 @@ def make_reward(path: Path, tokenizer: Any):
 
         def record(ms: list[dict]) -> None:
             for i, m in enumerate(ms):
-                c = completions[i] if i < len(completions) else None
+                c = completions[i] if i < len(completions) else []
                 ids = completion_ids[i] if completion_ids is not None and i < len(completion_ids) else []
                 append_jsonl(path, {"step": step, "row_id": m["row_id"], "scan": m["scan"], "reward": float(m["score"]),
                                     **{k: m.get(k) for k in ("band_fingerprint", "score", "late_mean", "early_mean",
                                                              "carry_rate", "echo_copy", "dormant_recall", "scans_skipped",
                                                              "memoryless_reward", "gain_vs_memoryless",
                                                              "report_size", "faults")},
-                                    "calls": _calls(c),
+                                    "calls": [x for m in c for x in message_calls(m)] if isinstance(c, list) else [],
                                     "completion": tokenizer.decode(ids, skip_special_tokens=False)[:COMPLETION_CHARS]})
 
         return spectrum_reward(environments, log_metric=log_metric, log_extra=log_extra, on_metrics=record)
@@ -313,14 +306,12 @@ def run_train(cfg: GrpoConfig, callbacks: list | None = None) -> dict:
                       generation_kwargs=({"structured_outputs": {"grammar": tool_call_grammar(tool_schemas(cfg.mode, cfg.preset))}}
                                          if cfg.constrained and cfg.use_vllm else None))
     model = load_model(model_dir)
-    env_cls = tool_env_class(cfg.mode)
     if cfg.sampler == "group":
-        sampler = GroupSampler(tok, tools=tool_schemas_of(env_cls()), grammar_tools=tool_schemas(cfg.mode, cfg.preset),
-                               constrained=cfg.constrained, max_new_tokens=cfg.max_completion_length,
-                               vocab_size=model.config.vocab_size)
-        generation = {"rollout_func": sampler}
+        generation = {"rollout_func": scan_sampler(tok, cfg.mode, preset=cfg.preset, constrained=cfg.constrained,
+                                                   max_new_tokens=cfg.max_completion_length,
+                                                   vocab_size=model.config.vocab_size)}
     else:
-        generation = {"environment_factory": env_cls}
+        generation = {"environment_factory": tool_env_class(cfg.mode)}
     trainer = GRPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows),
                           reward_funcs=[make_reward(out / "rollouts.jsonl", tok)], processing_class=tok,
                           peft_config=_lora(cfg, model), callbacks=[log_callback(out / "metrics.jsonl"), *(callbacks or [])],
