@@ -45,7 +45,7 @@ def _matcher(tok, model, tools):
     import xgrammar as xgr
 
     s = S.GroupSampler(tok, tools=tools, grammar_tools=tools, constrained=True, vocab_size=model.config.vocab_size)
-    return s, (lambda: xgr.GrammarMatcher(s._compiled))
+    return s, (lambda: xgr.GrammarMatcher(s.compiled_grammar))
 
 
 def _accepts(matcher, tok, text: str) -> bool:

@@ -68,7 +68,7 @@ def tool_call_grammar(tools: Sequence[dict]) -> str:
 
 @dataclass
 class SamplerStats:
-    """What the sampler did in its last call (logged by the trainer)."""
+    """What the sampler ran through the model in its last call (read by tests and benchmarks)."""
 
     groups: int = 0
     prefill_tokens: int = 0  # prompt tokens run through the model (one prefill per group)
@@ -91,13 +91,13 @@ class GroupSampler:
         self.max_new_tokens = max_new_tokens
         self.stats = SamplerStats()
         self.grammar = tool_call_grammar(grammar_tools or tools) if constrained else None
-        self._compiled = None
+        self.compiled_grammar = None
         if constrained:
             import xgrammar as xgr  # noqa: PLC0415
 
             info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size or len(tokenizer),
                                                       stop_token_ids=self.stop_ids)
-            self._compiled = xgr.GrammarCompiler(info).compile_grammar(self.grammar)
+            self.compiled_grammar = xgr.GrammarCompiler(info).compile_grammar(self.grammar)
 
     @property
     def stop_ids(self) -> list[int]:
@@ -157,10 +157,10 @@ class GroupSampler:
         from transformers import GenerationConfig, LogitsProcessorList  # noqa: PLC0415
 
         processors = LogitsProcessorList()
-        if self._compiled is not None:
+        if self.compiled_grammar is not None:
             from xgrammar.contrib.hf import LogitsProcessor  # noqa: PLC0415
 
-            processors.append(LogitsProcessor(self._compiled))  # one per generate() call (xgrammar's rule)
+            processors.append(LogitsProcessor(self.compiled_grammar))  # one per generate() call (xgrammar's rule)
         sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": top_k or None} \
             if temperature > 0 else {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
         config = GenerationConfig(**sampling, max_new_tokens=self.max_new_tokens, eos_token_id=self.stop_ids,

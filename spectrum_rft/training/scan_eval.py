@@ -57,7 +57,7 @@ def evaluate(model_dir: str | Path, *, arm: str = "weak-scaffold", scans: int = 
         comps, _ = sampler.sample_prompts(model, ids, temperature=temperature, seed=seed + start)
         for row, p, c in zip(chunk, ids, comps):
             message = parse_response(tok, c, prefix=p)
-            m = judge({k: row[k] for k in ("row_id", "scan", "environment_context")}, message).metrics()
+            m = judge(row, message).metrics()
             valid = not m["scans_skipped"]
             records.append({"row_id": row["row_id"], "scan": row["scan"], "valid": valid, "score": m["score"],
                             "gain_vs_memoryless": m["gain_vs_memoryless"],
