@@ -14,9 +14,11 @@ completions per CPU-second = completions of the step / its CPU-seconds.
     new-2threads  new with 2 torch threads (one run on both cores instead of two runs side by side)
     new-free      new without the grammar (what the constraint costs or saves)
     new-lora4     new with LoRA on the top 4 layers only
+    shared        new + the learner's shared prefix (each group's prompt run once, its KV cache shared by the
+                  G completions: ``--shared-prefix``), the whole batch in one micro-batch
 
-The floor: the tokens the step ran through the model (TRL's ``num_tokens``: every sequence's prompt and
-completion for the learner's forward, plus what generation prefilled and decoded: every prompt for TRL's
+The floor: the tokens the step ran through the model (the learner's forward: TRL's ``num_tokens``, every
+sequence's prompt and completion, or with the shared prefix the ``learner_tokens`` it logs; plus what generation prefilled and decoded: every prompt for TRL's
 sampler, one prompt per group for ours) x 2 x parameters, at the FLOP/s a float32 matmul of the model's
 shape reaches on this CPU with the same threads, measured here. A step can never be faster than that
 forward-only bound (the backward adds up to ~2x for the LoRA layers; decoding one token at a time runs far
@@ -43,6 +45,8 @@ VARIANTS = {
                          threads=2, micro_batch=8),
     "new-free": dict(sampler="group", constrained=False, prompts=2, group=8, max_completion_length=160, lora_layers=8,
                      threads=1, micro_batch=8),
+    "shared": dict(sampler="group", constrained=True, prompts=2, group=8, max_completion_length=160, lora_layers=8,
+                   threads=1, micro_batch=16, shared_prefix=True),
     "new-lora4": dict(sampler="group", constrained=True, prompts=2, group=8, max_completion_length=160, lora_layers=4,
                       threads=1, micro_batch=8),
 }
@@ -90,7 +94,7 @@ def run_variant(name: str, model: str, steps: int, out: Path) -> dict:
     summary = trl_run.run_train(cfg, callbacks=[clock])
     logs = [json.loads(x) for x in (out / name / "metrics.jsonl").read_text().splitlines()]
     logs = [x for x in logs if "num_tokens" in x]
-    tokens = logs[-1]["num_tokens"] - (logs[-2]["num_tokens"] if len(logs) > 1 else 0)
+    tokens = logs[-1]["num_tokens"] - (logs[-2]["num_tokens"] if len(logs) > 1 else 0)  # every sequence, in full
     rollouts = [json.loads(x) for x in (out / name / "rollouts.jsonl").read_text().splitlines()]
     last = [r for r in rollouts if r["step"] == max(r["step"] for r in rollouts)]
     cpu, wall = clock.steps[-1]
@@ -99,8 +103,10 @@ def run_variant(name: str, model: str, steps: int, out: Path) -> dict:
     prompt_tokens = tokens - completion_tokens
     # what generation ran through the model: every prompt (TRL's sampler) or one prompt per group (ours)
     generated = (prompt_tokens / v["group"] if v["sampler"] == "group" else prompt_tokens) + completion_tokens
+    # what the learner ran: every sequence in full, or (shared prefix) each group's prompt once, as it logs
+    learner = logs[-1].get("learner_tokens", tokens)
     return {"variant": name, **v, "completions": n, "cpu_s": cpu, "wall_s": wall, "threads": v["threads"],
-            "completions_per_cpu_s": n / cpu, "learner_tokens": tokens, "generation_tokens": generated,
+            "completions_per_cpu_s": n / cpu, "learner_tokens": learner, "generation_tokens": generated,
             "prompt_tokens_per_completion": prompt_tokens / n, "mean_completion_tokens": completion_tokens / n,
             "params": summary["parameters"],
             "valid": sum(1 for r in last if not r["scans_skipped"]) / len(last)}

@@ -31,6 +31,14 @@ log q(y)|, ``entropy`` of p, ``ratio_dev`` |p/q - 1| and ``mean_w_y`` (trained t
 ``n_trained_tokens`` (tokens with a non-zero advantage). TRL logs ``grad_norm``, ``reward``,
 ``frac_reward_zero_std``.
 
+Shared prefix (``shared_prefix=True``): the learner runs each distinct prompt of the micro-batch once and
+copies its KV cache to that prompt's completions (:func:`completion_logits`). The completions' logits are
+those of the full forward (same weights, same positions; a test holds them to float32 round-off), the
+gradient still flows into the prompt's activations of the LoRA layers, but a GRPO group of G completions
+costs one prompt forward and backward instead of G. Scan-episode prompts are ~590 tokens and reports ~50,
+so this is most of the learner's work (``bench/bench_grpo_step.py``). ``learner_tokens`` (logged per step)
+counts the tokens the learner really ran.
+
 Gradient probe: :func:`probe_trainer` builds a trainer for a model outside any training run and
 :func:`loss_and_gradient` runs ``compute_loss(...).backward()`` on one batch of inputs (the dict TRL's
 generation step makes): the loss value and the flattened gradient (``scripts/grad_probe.py``, the bench,
@@ -52,6 +60,50 @@ SamplerFn = Callable[[Any, torch.Tensor, torch.Tensor, int], torch.Tensor]
 STATS = ("logprob_gap", "entropy", "ratio_dev", "mean_w_y", "centring_l1")
 
 
+def completion_logits(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: torch.Tensor,
+                      completion_mask: torch.Tensor, *, shared_prefix: bool = False) -> tuple[torch.Tensor, int]:
+    """The learner's logits at the positions that predict each completion token, ``[B, T, V]``, and the
+    number of tokens it ran through the model.
+
+    TRL's batch layout: prompts left-padded (``prompt_mask``), completions right-padded. Plain: one
+    forward over prompt + completion. ``shared_prefix``: the rows are grouped by their prompt (by its
+    tokens, wherever the rows sit in the batch: TRL shuffles a generation batch before splitting it); each
+    distinct prompt is run once, without its padding, and its KV cache copied to the group's completions
+    (``DynamicCache.batch_repeat_interleave``), which then run as one batch. Right padding after a
+    completion is causal-masked out of every real token's view, so no mask is needed beyond it."""
+    T = completion_ids.size(1)
+    if not shared_prefix:
+        ids = torch.cat([prompt_ids, completion_ids], dim=1)
+        mask = torch.cat([prompt_mask, completion_mask], dim=1)
+        logits = model(input_ids=ids, attention_mask=mask, logits_to_keep=T + 1, use_cache=False).logits[:, :-1]
+        return logits, int(mask.sum())
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, (ids, m) in enumerate(zip(prompt_ids.tolist(), prompt_mask.tolist())):
+        groups.setdefault(tuple(t for t, keep in zip(ids, m) if keep), []).append(i)
+    parts, order, ran = [], [], 0
+    for prompt, rows in groups.items():
+        if len(prompt) < 1:
+            raise ValueError("an empty prompt has no position to predict the first completion token from")
+        pre = model(input_ids=torch.tensor([prompt], device=prompt_ids.device), use_cache=True)
+        cache = pre.cache
+        cache.batch_repeat_interleave(len(rows))
+        first = pre.logits[:, -1:].expand(len(rows), -1, -1)  # predicts completion token 0
+        ran += len(prompt)
+        if T > 1:
+            c = completion_ids[rows, :-1]
+            mask = torch.ones(len(rows), len(prompt) + T - 1, dtype=prompt_mask.dtype, device=prompt_mask.device)
+            rest = model(input_ids=c, attention_mask=mask, cache=cache, use_cache=True).logits
+            parts.append(torch.cat([first, rest], dim=1))
+            ran += int(completion_mask[rows, :-1].sum())
+        else:
+            parts.append(first)
+        order += rows
+    logits = torch.cat(parts, dim=0)
+    inverse = torch.empty(len(order), dtype=torch.long, device=logits.device)
+    inverse[torch.tensor(order, device=logits.device)] = torch.arange(len(order), device=logits.device)
+    return logits[inverse], ran
+
+
 def bfloat16_sampler(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int) -> torch.Tensor:
     """Logits of the same model under bfloat16 autocast (no grad): a lower-precision sampler."""
     with torch.no_grad(), torch.autocast(device_type=input_ids.device.type, dtype=torch.bfloat16):
@@ -61,15 +113,17 @@ def bfloat16_sampler(model, input_ids: torch.Tensor, attention_mask: torch.Tenso
 
 class ScoreCentringGRPOTrainer(GRPOTrainer):
     """``GRPOTrainer`` with the loss of :mod:`.loss`. Extra keyword arguments: ``loss_kind`` (pg | tis | mis
-    | is), ``score_centering``, ``topk`` (0: full form), ``sampler`` ("learner", "bfloat16" or a callable)."""
+    | is), ``score_centering``, ``topk`` (0: full form), ``sampler`` ("learner", "bfloat16" or a callable),
+    ``shared_prefix`` (one learner forward per distinct prompt: :func:`completion_logits`)."""
 
     def __init__(self, *args: Any, loss_kind: str = "pg", score_centering: bool = False, topk: int = 0,
-                 sampler: str | SamplerFn = "learner", **kwargs: Any):
+                 sampler: str | SamplerFn = "learner", shared_prefix: bool = False, **kwargs: Any):
         grpo_args = kwargs.get("args")
         check_loss_options(loss_kind, score_centering, topk, sampler, bool(getattr(grpo_args, "use_vllm", False)),
                            bool(getattr(grpo_args, "bf16", False)))
         super().__init__(*args, **kwargs)
         self.loss_kind, self.score_centering, self.topk = loss_kind, score_centering, topk
+        self.shared_prefix = shared_prefix
         self.sampler_fn: SamplerFn | None = (bfloat16_sampler if sampler == "bfloat16"
                                              else sampler if callable(sampler) else None)
         self.loss_stats: dict[str, float] = defaultdict(float)
@@ -87,9 +141,10 @@ class ScoreCentringGRPOTrainer(GRPOTrainer):
         mask = mask.bool()
         temp = float(self.args.temperature)
         with self.accelerator.autocast():
-            logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=T + 1,
-                           use_cache=False).logits
-        lp = torch.log_softmax(logits[:, :-1, :].float() / temp, dim=-1)[mask]  # [N, V]
+            logits, ran = completion_logits(model, prompt_ids, inputs["prompt_mask"], completion_ids,
+                                            inputs["completion_mask"], shared_prefix=self.shared_prefix)
+        self.loss_stats["learner_tokens"] += ran
+        lp = torch.log_softmax(logits.float() / temp, dim=-1)[mask]  # [N, V]
         del logits
         tokens = completion_ids[mask]
         adv = inputs["advantages"]
@@ -146,14 +201,14 @@ class ScoreCentringGRPOTrainer(GRPOTrainer):
     def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
         """TRL's log line, plus this step's loss signals (summed over processes, then averaged per token)."""
         if "loss" in logs and self.loss_stats:
-            keys = ("n_tokens", "n_trained_tokens", "n_centring", *STATS)
+            keys = ("n_tokens", "n_trained_tokens", "n_centring", "learner_tokens", *STATS)
             local = torch.tensor([float(self.loss_stats.get(k, 0.0)) for k in keys], device=self.accelerator.device)
             tot = dict(zip(keys, self.accelerator.reduce(local, reduction="sum").tolist()))
             n, nt, nc = tot["n_tokens"], tot["n_trained_tokens"], tot["n_centring"]
             means = {"logprob_gap": (tot["logprob_gap"], n), "entropy": (tot["entropy"], n),
                      "ratio_dev": (tot["ratio_dev"], nt), "mean_w_y": (tot["mean_w_y"], nt),
                      "centring_l1": (tot["centring_l1"], nc)}
-            logs = {**logs, "n_tokens": int(n), "n_trained_tokens": int(nt),
+            logs = {**logs, "n_tokens": int(n), "n_trained_tokens": int(nt), "learner_tokens": int(tot["learner_tokens"]),
                     **{k: v / d for k, (v, d) in means.items() if d}}  # no trained token: no ratio to log
             self.loss_stats.clear()
         super().log(logs, *args, **kwargs)

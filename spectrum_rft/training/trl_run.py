@@ -114,6 +114,7 @@ class GrpoConfig(Common):
     sampler: str = "trl"  # trl: TRL's generation + the TRL environment (retries within the call budget); group: one prefill per group, one model turn per scan episode (spectrum_rft.training.sampler)
     constrained: bool = False  # tool calls sampled under the grammar of the env's tool_schemas() (always well formed)
     micro_batch: int = 0  # sequences per learner forward/backward, P*G accumulated over micro-batches (0: all at once)
+    shared_prefix: bool = False  # learner: each group's prompt run once, its KV cache shared by the G completions (sc_grpo.completion_logits); loss pg = TRL's dapo on-policy
 
     def check(self) -> None:
         super().check()
@@ -136,7 +137,9 @@ class GrpoConfig(Common):
                                  "(--constrained then uses vLLM's structured outputs)")
             if episode_for(self.mode, self.episode or None) != "scan":
                 raise ValueError("--sampler group plays one model turn per rollout: scan episodes only")
-        elif self.constrained and not self.use_vllm:
+        if self.shared_prefix and self.beta:
+            raise ValueError("--shared-prefix computes the policy-gradient loss only (no KL term): keep --beta 0")
+        if self.constrained and self.sampler != "group" and not self.use_vllm:
             raise ValueError("--constrained needs --sampler group (transformers) or --use-vllm (vLLM's structured "
                              "outputs)")
 
@@ -312,10 +315,16 @@ def run_train(cfg: GrpoConfig, callbacks: list | None = None) -> dict:
                                                    vocab_size=model.config.vocab_size)}
     else:
         generation = {"environment_factory": tool_env_class(cfg.mode)}
-    trainer = GRPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows),
-                          reward_funcs=[make_reward(out / "rollouts.jsonl", tok)], processing_class=tok,
-                          peft_config=_lora(cfg, model), callbacks=[log_callback(out / "metrics.jsonl"), *(callbacks or [])],
-                          **generation)
+    if cfg.shared_prefix:  # TRL's on-policy dapo loss (ratio 1: -A log p / tokens), one learner prefill per group
+        from spectrum_rft.training.sc_grpo import ScoreCentringGRPOTrainer  # noqa: PLC0415
+
+        trainer_class, learner = ScoreCentringGRPOTrainer, {"loss_kind": "pg", "shared_prefix": True}
+    else:
+        trainer_class, learner = GRPOTrainer, {}
+    trainer = trainer_class(model=model, args=args, train_dataset=Dataset.from_list(rows),
+                            reward_funcs=[make_reward(out / "rollouts.jsonl", tok)], processing_class=tok,
+                            peft_config=_lora(cfg, model), callbacks=[log_callback(out / "metrics.jsonl"), *(callbacks or [])],
+                            **generation, **learner)
     t0 = time.time()
     trainer.train(resume_from_checkpoint=str(ckpt[0]) if ckpt else None)
     save_model(trainer, tok, out)
