@@ -120,6 +120,19 @@ def test_group_prefill_equals_separate_prompts_greedy(smollm):
     grouped, _ = s.sample(model, ids, 2, temperature=0)
     alone, _ = s.sample_prompts(model, [ids], temperature=0)
     assert grouped[0] == grouped[1] == alone[0]
+    # several groups in one decode batch: prompts of other lengths, left-padded caches, one generate()
+    other = grpo_rows(2, prompt="weak", memory_mode="scaffold", salt="test-sampler-3", scan_in_prompt=True)
+    ids2, ids3 = (s.prompt_ids(r["prompt"]) for r in other)
+    assert len({len(ids), len(ids2), len(ids3)}) > 1
+    s.stats.prefill_tokens = 0
+    batched, lps = s.sample_groups(model, [ids2, ids, ids3], [1, 2, 1], temperature=0)
+    assert s.stats.prefill_tokens == len(ids) + len(ids2) + len(ids3) - 3  # each prompt prefilled once
+    assert batched[1] == batched[2] == alone[0]
+    assert batched[0] == s.sample(model, ids2, 1, temperature=0)[0][0]
+    assert batched[3] == s.sample(model, ids3, 1, temperature=0)[0][0]
+    assert [len(x) for x in lps] == [len(x) for x in batched]
+    with pytest.raises(ValueError, match="one count"):
+        s.sample_groups(model, [ids], [0])
 
 
 def test_scan_prompt_is_the_env_paths_text():
@@ -168,20 +181,34 @@ def test_config_refuses_combinations_that_cannot_work():
         GrpoConfig(sampler="fast").check()
     with pytest.raises(ValueError, match="micro_batch"):
         GrpoConfig(prompts=2, group=8, micro_batch=3).check()
+    with pytest.raises(ValueError, match="keep --beta 0"):
+        GrpoConfig(sampler="group", shared_prefix=True, beta=0.04).check()
+    with pytest.raises(ValueError, match="importance-sampling"):
+        GrpoConfig(shared_prefix=True, use_vllm=True).check()
     GrpoConfig(sampler="group", constrained=True, micro_batch=8).check()
+    GrpoConfig(sampler="group", constrained=True, shared_prefix=True).check()
 
 
-def test_constrained_grpo_step_in_the_real_trainer(tmp_path):
+@pytest.mark.parametrize("shared_prefix", [False, True])
+def test_constrained_grpo_step_in_the_real_trainer(tmp_path, shared_prefix):
     """One GRPO step through TRL's GRPOTrainer with the constrained group sampler: every completion is a
     submit_report call the env scored, its text and parsed report are in rollouts.jsonl, and the run's
-    config records the sampler."""
+    config records the sampler. With the learner's shared prefix the step runs the prompt once per
+    micro-batch (logged ``learner_tokens`` below TRL's ``num_tokens``) and the LoRA weights move."""
     from spectrum_rft.training.trl_run import GrpoConfig, run_train
 
     out = tmp_path / "run"
     cfg = GrpoConfig(out=str(out), arm="weak-scaffold", steps=1, prompts=1, group=4, micro_batch=2,
                      max_completion_length=256, lora_layers=1, threads=2, sampler="group", constrained=True,
-                     temperature=0.7, seed=1)
+                     temperature=0.7, seed=1, shared_prefix=shared_prefix)
     run_train(cfg)
+    log = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    step = next(x for x in log if "num_tokens" in x)
+    if shared_prefix:
+        assert 0 < step["learner_tokens"] < step["num_tokens"] / 1.5  # 4 x ~600-token prompts -> 2 prefills
+        assert step["grad_norm"] > 0
+    else:
+        assert "learner_tokens" not in step
     lines = [json.loads(x) for x in (out / "rollouts.jsonl").read_text().splitlines()]
     # one generation of the whole group, learnt in two micro-batches of 2
     assert len(lines) == 4 and len({x["band_fingerprint"] for x in lines}) == 1

@@ -139,6 +139,9 @@ class GrpoConfig(Common):
                 raise ValueError("--sampler group plays one model turn per rollout: scan episodes only")
         if self.shared_prefix and self.beta:
             raise ValueError("--shared-prefix computes the policy-gradient loss only (no KL term): keep --beta 0")
+        if self.shared_prefix and self.use_vllm:
+            raise ValueError("--shared-prefix has no importance-sampling correction for vLLM's sampler: with --use-vllm "
+                             "keep TRL's own learner")
         if self.constrained and self.sampler != "group" and not self.use_vllm:
             raise ValueError("--constrained needs --sampler group (transformers) or --use-vllm (vLLM's structured "
                              "outputs)")
