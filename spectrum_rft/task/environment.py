@@ -268,7 +268,7 @@ class _State:
     seen: set[int] = field(default_factory=set)  # transmitters detected in an earlier scan
     prev_report: list[float] = field(default_factory=list)
     calls_this_scan: int = 0
-    turn_open: bool = False  # a transport announced a model turn (begin_model_turn) not yet ended
+    turn_open: bool = False  # a model turn (call_tool(first=True)) not yet ended
     reported_this_turn: bool = False  # a submit_report of the open model turn scored the scan
     notepad: str = ""
     faults: dict[str, int] = field(default_factory=dict)
@@ -326,17 +326,25 @@ class SpectrumEnv:
 
     # ---- tools (the one implementation both rollout paths call) ----------------------------------
 
-    def call_tool(self, name: str, arguments: Any, *, size: int | None = None, ends_turn: bool = False) -> ToolResult:
+    def call_tool(self, name: str, arguments: Any, *, first: bool = False, last: bool = False,
+                  size: int | None = None) -> ToolResult:
         """Run one tool call from the model. Never raises for bad model input.
 
-        Within one model turn (from :meth:`begin_model_turn` to :meth:`end_model_turn`) only the first
-        scored ``submit_report`` counts: a further one gets an error and never lands on the next scan.
-        Calls after the last scan get an error too. Both are counted as faults. Arguments written as text
-        longer than :data:`MAX_ARGUMENT_BYTES` are refused by size (``size``: that size, from a transport
-        that carried only the size). ``ends_turn``: the last call of the model's message; the turn is
-        ended here (:meth:`end_model_turn`) and, when the budget closes the scan, the text says so."""
+        A model's message is one model turn, whatever its number of calls: ``first`` marks the message's
+        first call (it opens the turn, unless the episode is over) and ``last`` its last (it closes the turn;
+        a single call is both). Within a turn only the first scored ``submit_report`` counts: a further one
+        gets an error and never lands on the next scan. A closed turn counts against the open scan's call
+        budget unless one of its ``submit_report`` calls scored the scan; after ``max_calls_per_scan`` such
+        turns the scan is skipped, and the last call's text says so. A call with neither flag outside a turn
+        (a scripted loop over the env) has no budget: every valid report advances.
+
+        Calls after the last scan get an error; both errors are counted as faults. Arguments written as
+        text longer than :data:`MAX_ARGUMENT_BYTES` are refused by size (``size``: that size, from a
+        transport that carried only the size)."""
+        if first and not self.done:
+            self._begin_turn()
         res = self._call_tool(name, arguments, size)
-        if ends_turn and self.end_model_turn():
+        if last and self._end_turn():
             res.content = (res.content.removesuffix(STILL_OPEN) + f"\nScan {self.scan_index} closed without a "
                            f"valid report ({self.config.max_calls_per_scan} model calls used); it is scored as an "
                            "empty report.")
@@ -348,7 +356,7 @@ class SpectrumEnv:
         reminder for the model, or None when the budget closed the scan (the next scan follows)."""
         if self.done:
             return None
-        forced = self.end_model_turn()
+        forced = self._end_turn()
         return None if forced or self.done else NUDGE
 
     def _call_tool(self, name: str, arguments: Any, size: int | None) -> ToolResult:
@@ -426,21 +434,19 @@ class SpectrumEnv:
     def turn_open(self) -> bool:
         return self._s is not None and self._s.turn_open
 
-    def begin_model_turn(self) -> None:
-        """A model reply is about to be executed: its tool calls form one turn (see :meth:`call_tool`)."""
+    def _begin_turn(self) -> None:
+        """A model's message is about to be executed: its tool calls form one turn (see :meth:`call_tool`)."""
         s = self._state()
-        assert s is not None
         s.turn_open, s.reported_this_turn = True, False
 
-    def end_model_turn(self, advanced: bool | None = None) -> bool:
-        """Close one model call (a turn): count it against the open scan's budget unless one of its
-        ``submit_report`` calls scored the scan (``advanced``; by default the env's own record). After
-        ``max_calls_per_scan`` calls without a scored report the scan is skipped. Returns True when this
-        forced the scan to advance."""
+    def _end_turn(self) -> bool:
+        """Close one model turn: count it against the open scan's budget unless one of its ``submit_report``
+        calls scored the scan. After ``max_calls_per_scan`` turns without a scored report the scan is
+        skipped. Returns True when this forced the scan to advance."""
         s = self._s
         if s is None:
             return False
-        advanced = s.reported_this_turn or bool(advanced)
+        advanced = s.reported_this_turn
         s.turn_open, s.reported_this_turn = False, False
         if self.done or advanced:
             s.calls_this_scan = 0
