@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -26,6 +25,8 @@ import numpy as np
 
 from spectrum_rft.task import reward as sr
 from spectrum_rft.task import scan_format
+from spectrum_rft.task.actions import (MAX_ARGUMENT_BYTES, InvalidAction, InvalidArguments,  # noqa: F401 (re-exported)
+                                       argument_bytes, parse_arguments, parse_report)
 from spectrum_rft.task.episode import Episode, Peak, Preset, Scan  # noqa: F401 (re-exported)
 from spectrum_rft.task.presets import PRESETS, RoundRobinPreset, get_preset  # noqa: F401
 from spectrum_rft.task.seeding import resolve_salt, seed_for_row
@@ -148,68 +149,6 @@ def render_system_prompt(config: EnvConfig) -> str:
 
 
 # --------------------------------------------------------------------------------------------------
-# Actions
-# --------------------------------------------------------------------------------------------------
-
-
-class InvalidAction(ValueError):
-    """A report the environment refuses; the message is written for the model."""
-
-
-def _number_list(name: str, value: Any) -> list[float]:
-    if not isinstance(value, (list, tuple)):
-        raise InvalidAction(f"{name} must be a list of numbers, got {type(value).__name__}")
-    if all(type(v) is float or type(v) is int for v in value) and all(map(math.isfinite, value)):
-        return [float(v) for v in value]  # the common case, checked in bulk
-    out = []
-    for i, v in enumerate(value):
-        if not sr.is_finite_number(v):
-            shown = repr(v)
-            shown = shown if len(shown) <= 40 else shown[:37] + "..."
-            raise InvalidAction(f"{name}[{i}] must be a finite number, got {shown}")
-        out.append(float(v))
-    return out
-
-
-def parse_report(action: Any, preset: Preset) -> tuple[list[float], list[float]]:
-    """Validate a report; return (centres, widths). Raises :class:`InvalidAction` with a clear message.
-
-    An invalid report is refused as a whole (nothing is scored, the scan stays open, the model may try
-    again within its call budget). JSON strings are accepted, since models send tool arguments as text.
-    """
-    if isinstance(action, (str, bytes)):
-        try:
-            action = json.loads(action)
-        except (ValueError, RecursionError) as e:
-            raise InvalidAction(f"arguments are not valid JSON: {str(e)[:80]}") from None
-    if not isinstance(action, dict):
-        raise InvalidAction(f"arguments must be an object with center_freqs, got {type(action).__name__}")
-    if "center_freqs" not in action:
-        raise InvalidAction("missing required argument center_freqs (a list of centre frequencies in MHz)")
-    raw = action["center_freqs"]
-    if isinstance(raw, (list, tuple)) and len(raw) > preset.max_regions:
-        raise InvalidAction(f"too many regions: {len(raw)} > {preset.max_regions}; merge or drop some")
-    centres = _number_list("center_freqs", raw)
-    lo, hi = preset.band
-    if centres and not (lo <= min(centres) and max(centres) <= hi):
-        i, c = next((i, c) for i, c in enumerate(centres) if not lo <= c <= hi)
-        raise InvalidAction(f"center_freqs[{i}] = {c:g} MHz is outside the band {lo:g}-{hi:g} MHz")
-    bw = action.get("bandwidths")
-    if bw is None:
-        widths = [preset.report_width or preset.default_width] * len(centres)
-    else:
-        if isinstance(bw, (list, tuple)) and len(bw) != len(centres):
-            raise InvalidAction(f"bandwidths has {len(bw)} entries but center_freqs has {len(centres)}")
-        widths = _number_list("bandwidths", bw)
-        for i, w in enumerate(widths):
-            if not 0.0 < w <= hi - lo:
-                raise InvalidAction(f"bandwidths[{i}] = {w:g} MHz must be > 0 and at most the band width")
-        if preset.report_width is not None:
-            widths = [preset.report_width] * len(centres)
-    return centres, widths
-
-
-# --------------------------------------------------------------------------------------------------
 # The environment
 # --------------------------------------------------------------------------------------------------
 
@@ -225,21 +164,6 @@ EXTRA_SUBMIT = ("Error: this scan was already reported by an earlier submit_repo
 AFTER_END = "Error: all scans are recorded; this call was ignored."
 STILL_OPEN = " The scan is still open; call submit_report again."
 NUDGE = "No tool call received. Call submit_report with the centre frequencies of all occupied regions."
-# Tool-call arguments (as the model wrote them, UTF-8) larger than this are refused whole, by size, on every
-# transport: the MCP transport cannot carry much more (mcp's 4 MiB request limit) and sends only the size.
-MAX_ARGUMENT_BYTES = 2 << 20
-
-
-def argument_bytes(arguments: Any) -> int:
-    """UTF-8 size of tool-call arguments written as text (0 for anything else); exact only when it can
-    exceed :data:`MAX_ARGUMENT_BYTES` (a cheap bound otherwise)."""
-    if isinstance(arguments, bytes):
-        return len(arguments)
-    if not isinstance(arguments, str) or 4 * len(arguments) <= MAX_ARGUMENT_BYTES:
-        return len(arguments) if isinstance(arguments, str) else 0
-    return len(arguments.encode("utf-8", "surrogatepass"))
-
-
 @dataclass(slots=True)
 class ToolResult:
     """What a tool call did. ``content`` is the text for the model; the rest is structured data."""
@@ -374,13 +298,11 @@ class SpectrumEnv:
             msg = f"the arguments are {size} bytes; the limit is {MAX_ARGUMENT_BYTES}"
             return ToolResult(f"Error: {msg}. The call was ignored.", ok=False, error=msg)
         if name == "submit_report":
-            if isinstance(arguments, (str, bytes)):
-                try:
-                    arguments = json.loads(arguments)
-                except (ValueError, RecursionError) as e:
-                    self._fault("invalid_report")
-                    msg = f"arguments are not valid JSON: {str(e)[:80]}"
-                    return ToolResult(f"Error: {msg}.{STILL_OPEN}", ok=False, error=msg)
+            try:
+                arguments = parse_arguments(arguments)
+            except InvalidArguments as e:
+                self._fault("invalid_report")
+                return ToolResult(f"Error: {e}.{STILL_OPEN}", ok=False, error=str(e))
             note = None
             if self.config.memory_mode == "icl_notepad" and isinstance(arguments, dict) and "notepad_update" in arguments:
                 note = self._set_notepad(arguments["notepad_update"])
@@ -400,12 +322,10 @@ class SpectrumEnv:
                                   error="notepad_unavailable")
             if name == "notepad_read":
                 return ToolResult(s.notepad if s.notepad else "(the notepad is empty)", ok=True)
-            args = arguments
-            if isinstance(args, (str, bytes)):
-                try:
-                    args = json.loads(args)
-                except (ValueError, RecursionError):
-                    args = None
+            try:
+                args = parse_arguments(arguments)
+            except InvalidArguments:
+                args = None  # refused below as a notepad text that is not a string
             return self._set_notepad(args.get("text") if isinstance(args, dict) else None)
         self._fault("unknown_tool")
         shown = str(name)[:40]
