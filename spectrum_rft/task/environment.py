@@ -1,8 +1,8 @@
 """The spectrum environment: one fixed, unknown band watched through a series of noisy, sparse scans.
 
-Every rule of the task lives here (what a scan shows, what each tool does, when a scan is skipped, when
-the episode ends); the two rollout paths (MCP server, in-process processor) are thin transports around
-:class:`SpectrumEnv`. Gymnasium-shaped::
+:class:`SpectrumEnv` owns every rule of an episode (what a scan shows, what each tool does, when a scan is
+skipped, when the episode ends); the rollout paths (MCP server, in-process processor, TRL, verifiers) are
+thin transports around it. Gymnasium-shaped::
 
     env = SpectrumEnv(EnvConfig(preset="default", memory_mode="scaffold", reward="default"))
     obs, info = env.reset(seed=seed_for_row("row-0007"))
@@ -11,6 +11,12 @@ the episode ends); the two rollout paths (MCP server, in-process processor) are 
 One seed drives one ``numpy.random.Generator`` that draws the band *and* the whole scan sequence at
 ``reset`` (so every rollout of a row sees byte-identical prompts in every process). The scrambled echo of
 the control arm uses a second stream derived from the same seed.
+
+The pieces around it, each in a module of its own (and re-exported here, where callers import them):
+``config`` (:class:`EnvConfig`, the memory modes and prompt variants), ``presets`` (the bands and their
+scan schedules), ``instructions`` (the system prompt and the tool schemas), ``actions`` (tool-call
+arguments: the JSON parser, the size limit, the report's validation), ``reward`` (the scores) and ``rows``
+(a dataset row's config and seed; :func:`env_for_row` builds the env from them).
 """
 
 from __future__ import annotations
@@ -19,133 +25,29 @@ import hashlib
 import json
 from bisect import bisect_left
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from spectrum_rft.task import reward as sr
 from spectrum_rft.task import scan_format
-from spectrum_rft.task.actions import (MAX_ARGUMENT_BYTES, InvalidAction, InvalidArguments,  # noqa: F401 (re-exported)
-                                       argument_bytes, parse_arguments, parse_report)
-from spectrum_rft.task.episode import Episode, Peak, Preset, Scan  # noqa: F401 (re-exported)
-from spectrum_rft.task.presets import PRESETS, RoundRobinPreset, get_preset  # noqa: F401
+from spectrum_rft.task.actions import (MAX_ARGUMENT_BYTES, InvalidAction, InvalidArguments, argument_bytes,
+                                       parse_arguments, parse_report)
+from spectrum_rft.task.config import MEMORY_MODES, PROMPT_VARIANTS, EnvConfig
+from spectrum_rft.task.episode import Episode, Peak, Preset, Scan
+from spectrum_rft.task.instructions import render_system_prompt, tool_schemas
+from spectrum_rft.task.presets import PRESETS, RoundRobinPreset, get_preset
+from spectrum_rft.task.rows import row_config, row_episode, row_seed
+from spectrum_rft.task.scan_format import TEMPLATE_DIR
 from spectrum_rft.task.seeding import resolve_salt, seed_for_row
 
-MemoryMode = Literal["none", "icl", "notepad", "scaffold", "scrambled", "icl_notepad"]
-# icl_notepad is CLBench's: context cleared every scan, a notepad shown with each scan that the model
-# replaces through submit_report's ``notepad_update`` field.
-MEMORY_MODES: tuple[str, ...] = ("none", "icl", "notepad", "scaffold", "scrambled", "icl_notepad")
-PROMPT_VARIANTS: tuple[str, ...] = ("explicit", "weak", "notepad-vague", "notepad-explicit")
-TEMPLATE_DIR = scan_format.TEMPLATE_DIR  # the text format (render and parse): spectrum_rft.task.scan_format
-
-
-# --------------------------------------------------------------------------------------------------
-# Configuration, tools, rendering
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class EnvConfig:
-    """Everything that defines an episode besides its seed. Travels with the dataset row."""
-
-    preset: str = "default"
-    memory_mode: str = "scaffold"
-    reward: str = "default"
-    prompt: str = "explicit"
-    think: bool = False  # False appends Qwen3's /no_think to the system prompt
-    salt: str = ""
-    max_calls_per_scan: int = 4  # model calls per scan before it is skipped (notepad calls count)
-    notepad_chars: int = 2000
-    carry_tolerance: float = 4.0  # MHz: a previous region is "kept" if a new centre lies this close
-
-    def __post_init__(self) -> None:
-        get_preset(self.preset)
-        if self.memory_mode not in MEMORY_MODES:
-            raise ValueError(f"unknown memory_mode {self.memory_mode!r}; choose one of {', '.join(MEMORY_MODES)}")
-        sr.check_reward(self.reward)
-        if self.prompt not in PROMPT_VARIANTS:
-            raise ValueError(f"unknown prompt {self.prompt!r}; choose one of {', '.join(PROMPT_VARIANTS)}")
-        if self.max_calls_per_scan < 1:
-            raise ValueError("max_calls_per_scan must be >= 1")
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any] | None) -> "EnvConfig":
-        """Build from a dataset row's ``dataset_info`` (unknown keys ignored)."""
-        d = d or {}
-        names = cls.__dataclass_fields__.keys()
-        return cls(**{k: v for k, v in d.items() if k in names})
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
-
-
-def tool_schemas(memory_mode: str, preset: str = "default") -> list[dict]:
-    """OpenAI function-calling schemas for a memory mode. The single definition both paths use."""
-    p = get_preset(preset)
-    lo, hi = p.band
-    report_props: dict[str, Any] = {
-        "center_freqs": {
-            "type": "array",
-            "items": {"type": "number"},
-            "maxItems": p.max_regions,
-            "description": f"Centre frequency in MHz of every occupied region ({lo:g}-{hi:g} MHz, at most "
-            f"{p.max_regions}).",
-        },
-        "bandwidths": {
-            "type": "array",
-            "items": {"type": "number"},
-            "maxItems": p.max_regions,
-            "description": "Optional: bandwidth in MHz of each region, same length as center_freqs."
-            + (f" Ignored on this band: every region is {p.report_width:g} MHz wide." if p.report_width else ""),
-        },
-    }
-    if memory_mode == "icl_notepad":
-        report_props["notepad_update"] = {
-            "type": "string",
-            "description": "Optional: replaces your notepad, which is shown to you with every later scan "
-            "(your only memory across scans).",
-        }
-    tools = [
-        {
-            "type": "function",
-            "function": {
-                "name": "submit_report",
-                "description": "Report the occupied regions of the band for the current scan. Ends the scan.",
-                "parameters": {"type": "object", "properties": report_props, "required": ["center_freqs"]},
-            },
-        }
-    ]
-    if memory_mode == "notepad":
-        tools += [
-            {
-                "type": "function",
-                "function": {
-                    "name": "notepad_read",
-                    "description": "Read your notepad. It persists across scans.",
-                    "parameters": {"type": "object", "properties": {}},
-                },
-            },
-            {
-                "type": "function",
-                "function": {
-                    "name": "notepad_write",
-                    "description": "Replace the whole notepad with `text` (it persists across scans).",
-                    "parameters": {
-                        "type": "object",
-                        "properties": {"text": {"type": "string", "description": "The new notepad content."}},
-                        "required": ["text"],
-                    },
-                },
-            },
-        ]
-    return tools
-
-
-def render_system_prompt(config: EnvConfig) -> str:
-    p = get_preset(config.preset)
-    return scan_format.render_system_prompt(variant=config.prompt, memory_mode=config.memory_mode, band=p.band,
-                                            n_scans=p.n_scans, max_regions=p.max_regions,
-                                            report_width=p.report_width, think=config.think)
+__all__ = [  # this module's own names, then the pieces' names re-exported for their callers
+    "AFTER_END", "EXTRA_SUBMIT", "NUDGE", "STILL_OPEN", "SpectrumEnv", "ToolResult", "env_for_row",
+    "MAX_ARGUMENT_BYTES", "InvalidAction", "InvalidArguments", "argument_bytes", "parse_arguments", "parse_report",
+    "MEMORY_MODES", "PROMPT_VARIANTS", "EnvConfig", "Episode", "Peak", "Preset", "Scan", "render_system_prompt",
+    "tool_schemas", "PRESETS", "RoundRobinPreset", "get_preset", "row_config", "row_episode", "row_seed",
+    "TEMPLATE_DIR", "resolve_salt", "seed_for_row",
+]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -174,10 +76,6 @@ class ToolResult:
     reward: float | None = None  # the scored reward, when ``advanced``
     error: str | None = None
     skipped: bool = False  # this call ended the model turn and the call budget closed the scan
-
-    def as_dict(self) -> dict:
-        return {"content": self.content, "ok": self.ok, "advanced": self.advanced, "reward": self.reward,
-                "error": self.error, "skipped": self.skipped}
 
 
 @dataclass(slots=True)
@@ -527,41 +425,12 @@ class SpectrumEnv:
 
 
 # --------------------------------------------------------------------------------------------------
-# Dataset rows -> environments (the one place both rollout paths turn a row into an env and a seed)
+# Dataset rows -> environments (the row's config and seed: spectrum_rft.task.rows)
 # --------------------------------------------------------------------------------------------------
 
 
-def _row_context(dataset_info: dict[str, Any] | None) -> dict[str, Any]:
-    """The env settings a row carries: ``dataset_info["environment_context"]``, or the top level."""
-    info = dataset_info or {}
-    ctx = info.get("environment_context")
-    return ctx if isinstance(ctx, dict) else info
-
-
-def row_config(dataset_info: dict[str, Any] | None) -> EnvConfig:
-    """The env config a dataset row carries (``dataset_info["environment_context"]``, or the top level)."""
-    return EnvConfig.from_dict(_row_context(dataset_info))
-
-
-def row_seed(row_id: str, config: EnvConfig) -> int:
-    """The band seed of a row: ``seed_for_row(row_id, salt)`` with a ``process`` salt resolved here."""
-    return seed_for_row(row_id, resolve_salt(config.salt))
-
-
 def env_for_row(row_id: str, dataset_info: dict[str, Any] | None) -> tuple[SpectrumEnv, int]:
-    """A fresh env for one rollout of a row, and the seed to reset it with (both rollout paths).
-
-    The seed is the row's explicit ``environment_context["seed"]`` when it carries one (the dataset
-    generator writes ``seed_for_row(row_id, salt)`` there; 0 is a valid seed), else it is derived here
-    from the row id and salt (a ``process`` salt is resolved once per process). Presets whose seed is a
-    run index of a fixed schedule (``seed_is_run_index``, e.g. bench90) require the explicit seed.
-    """
-    cfg = row_config(dataset_info)
-    explicit = _row_context(dataset_info).get("seed")
-    if cfg.salt == "process":  # a per-process band: any stored seed is ignored
-        cfg = EnvConfig(**{**cfg.to_dict(), "salt": resolve_salt("process")})
-    elif isinstance(explicit, int) and not isinstance(explicit, bool) and explicit >= 0:
-        return SpectrumEnv(cfg), explicit
-    if get_preset(cfg.preset).seed_is_run_index:
-        raise ValueError(f"row {row_id!r}: preset {cfg.preset!r} needs environment_context['seed'] = run index")
-    return SpectrumEnv(cfg), row_seed(row_id, cfg)
+    """A fresh env for one rollout of a row, and the seed to reset it with (both rollout paths; the
+    row's config and seed: :func:`spectrum_rft.task.rows.row_episode`)."""
+    config, seed = row_episode(row_id, dataset_info)
+    return SpectrumEnv(config), seed
