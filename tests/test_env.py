@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from spectrum_rft.task.environment import (
     EnvConfig,
+    NUDGE,
     InvalidAction,
     SpectrumEnv,
     get_preset,
@@ -169,8 +170,8 @@ def test_skipped_and_unplayed_scans_count_in_the_mean():
 def test_call_budget_skips_the_scan():
     env = SpectrumEnv(EnvConfig(max_calls_per_scan=2))
     env.reset(1)
-    assert env.end_model_turn(advanced=False) is False
-    assert env.end_model_turn(advanced=False) is True  # second call without a report: skipped
+    assert env.no_tool_call() == NUDGE
+    assert env.no_tool_call() is None  # second model call without a report: skipped
     assert env.scan_index == 1 and env.scan_records()[0]["skipped"]
     assert env.metrics()["faults"] == {"skip_call_budget": 1}
 
@@ -362,11 +363,10 @@ def test_parse_report_accepts_exactly_the_finite_in_band_lists(xs):
 def test_one_scored_report_per_model_turn_and_nothing_after_the_end():
     env = SpectrumEnv(EnvConfig(preset="seed"))
     env.reset(8)
-    env.begin_model_turn()
-    assert env.call_tool("submit_report", {"center_freqs": [10.0]}).advanced
-    second = env.call_tool("submit_report", {"center_freqs": [20.0]})
+    assert env.call_tool("submit_report", {"center_freqs": [10.0]}, first=True).advanced
+    second = env.call_tool("submit_report", {"center_freqs": [20.0]}, last=True)
     assert not second.advanced and "already reported" in second.content and env.scan_index == 1
-    assert env.end_model_turn() is False  # the turn scored: no budget used
+    assert not second.skipped and not env.turn_open  # the turn scored: no budget used
     # without announced turns (a plain loop over the env) every valid report advances
     assert env.call_tool("submit_report", {"center_freqs": [10.0]}).advanced
     assert env.call_tool("submit_report", {"center_freqs": [10.0]}).advanced

@@ -98,9 +98,8 @@ def test_oracle_on_later_scans_and_the_notepad_path():
     info = {"environment_context": {**EnvConfig(memory_mode="icl_notepad").to_dict(), "seed": 77}}
     env, seed = env_for_row("r-77", info)
     env.reset(seed)
-    env.begin_model_turn()
-    assert env.call_tool("submit_report", {"center_freqs": [10.0], "notepad_update": "10.0"}).advanced
-    env.end_model_turn()
+    assert env.call_tool("submit_report", {"center_freqs": [10.0], "notepad_update": "10.0"}, first=True,
+                         last=True).advanced
     msgs = [{"role": "user", "content": env.observation()["prompt"]}]
     assert "Your notepad: 10.0" in msgs[0]["content"]
     _, calls = ask("spectrum/oracle", msgs, env.tools(), metadata=spectrum_models.row_metadata("r-77", info))

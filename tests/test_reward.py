@@ -57,6 +57,24 @@ def test_episode_metrics_halves_and_gain():
     assert one["memory_gain"] is None and one["early_mean"] is None
 
 
+def test_halves_are_the_common_means():
+    """The early/late halves come from common.stats (the one mean: exact summation, the middle value of an
+    odd count in neither half); an episode with no scans scores 0."""
+    from spectrum_rft.common.stats import halves, mean  # noqa: PLC0415
+
+    xs = [0.1, 0.2, 0.3, 0.5, 0.7]
+    assert halves(xs) == (mean(xs[:2]), mean(xs[-2:])) and halves([1.0]) == (None, None)
+    assert sr.halves is halves
+    assert sr.episode_metrics([])["score"] == 0.0 and sr.episode_metrics([])["report_size"] == 0.0
+
+
+def test_the_scoring_path_equals_the_reference_definitions_on_edge_cases():
+    """score_scan (lengths alone) against occ_iou/avail_iou (the reference): empty, whole band, disjoint."""
+    for report, truth in [([], []), ([BAND], [BAND]), ([(0, 10)], [(50, 60)]), ([], [(10, 20)]), ([BAND], [])]:
+        sc = sr.score_scan(sr.merge(report), sr.merge(truth), BAND)
+        assert (sc.occ, sc.avail) == (sr.occ_iou(report, truth, BAND), sr.avail_iou(report, truth, BAND))
+
+
 def test_reward_names():
     assert sr.check_reward("default") == "default"
     with pytest.raises(ValueError, match="unknown reward"):

@@ -38,9 +38,7 @@ def corpus() -> list[str]:
                 args = {"center_freqs": truth[: k % 6]}
                 if mode == "icl_notepad":
                     args["notepad_update"] = ["", "a, 1.5\nsecond line", "(empty)"][k % 3]
-                env.begin_model_turn()
-                out.append(env.call_tool("submit_report", args).content)
-                env.end_model_turn()
+                out.append(env.call_tool("submit_report", args, first=True, last=True).content)
                 obs = env.observation()
                 k += 1
             out.append(obs["prompt"])
@@ -68,10 +66,8 @@ def test_env_scans_parse_back_to_the_episode():
             assert p.max_regions == env.preset.max_regions
             assert (p.echo is None) == (mode == "icl_notepad" or i == 0)
             assert (p.notepad is None) == (mode != "icl_notepad")
-            env.begin_model_turn()
             res = env.call_tool("submit_report", {"center_freqs": [ep.band[0] + 10.5, ep.band[0] + 20.0],
-                                                  "notepad_update": f"seen {i}\n(line)"})
-            env.end_model_turn()
+                                                  "notepad_update": f"seen {i}\n(line)"}, first=True, last=True)
             assert sf.is_scan_recorded(res.content) and not sf.is_scan_text(res.content)
             obs = env.observation()
             nxt = sf.parse_scan(obs["prompt"])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from typing import Iterable, Sequence
 
 
 def mean(values: Iterable[float | None]) -> float | None:
@@ -26,3 +26,12 @@ def mean_or(values: Iterable[float | None], empty: float) -> float:
     table should print ``nan`` for an empty slice rather than fail)."""
     m = mean(values)
     return empty if m is None else m
+
+
+def halves(values: Sequence[float]) -> tuple[float | None, float | None]:
+    """The means of the first and the last ``len // 2`` values (the middle one of an odd count is in
+    neither): an episode's early and late halves. (None, None) for fewer than two values."""
+    n = len(values) // 2
+    if n == 0:
+        return None, None
+    return mean(values[:n]), mean(values[-n:])

@@ -299,9 +299,7 @@ class InProcessEpisode:
         return self.call_now(name, arguments, first=first, last=last)
 
     def call_now(self, name: str, arguments: Any, *, first: bool, last: bool) -> ToolResult:
-        if first and not self.env.done:
-            self.env.begin_model_turn()  # this message's calls are one turn: one scored report at most
-        res = self.env.call_tool(name, arguments, ends_turn=last)
+        res = self.env.call_tool(name, arguments, first=first, last=last)  # a message is one turn
         self._sync()
         return res
 

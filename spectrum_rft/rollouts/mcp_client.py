@@ -56,8 +56,8 @@ from spectrum_rft.common.processes import free_port, log_tail, stop_process
 from spectrum_rft.rollouts.loop import Opening, SpectrumRolloutProcessor, max_model_calls
 from spectrum_rft.rollouts.mcp_protocol import (CLIENT_INFO_KEY, EPISODE_URI, EVENT_TOOL, FAULTS_KEY,
                                                 INLINE_MAX_CHARS, META_KEY, RAW_TOOL, TURN_KEY)
-from spectrum_rft.task.actions import is_blank, parse_arguments
-from spectrum_rft.task.environment import MAX_ARGUMENT_BYTES, ToolResult, argument_bytes
+from spectrum_rft.task.actions import MAX_ARGUMENT_BYTES, argument_bytes, is_blank, parse_arguments
+from spectrum_rft.task.environment import ToolResult
 
 SERVER_SCRIPT = str(Path(__file__).resolve().parent / "server_main.py")  # or the root's spectrum_server.py
 

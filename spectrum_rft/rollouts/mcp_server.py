@@ -142,9 +142,7 @@ class SpectrumMcp(McpGym):
         turn = meta.get(TURN_KEY) if isinstance(meta.get(TURN_KEY), dict) else {}
         first, last = bool(turn.get("first", True)), bool(turn.get("last", True))  # default: one call, one turn
         scan = env.scan_index
-        if first and not env.done:
-            env.begin_model_turn()
-        res = env.call_tool(name, arguments, size=size, ends_turn=last)
+        res = env.call_tool(name, arguments, first=first, last=last, size=size)
         return self._reply(env, scan, res, res.content, {})
 
     def _event(self, ctx: Context, event: str, reason: str) -> CallToolResult:

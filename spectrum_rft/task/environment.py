@@ -1,8 +1,8 @@
 """The spectrum environment: one fixed, unknown band watched through a series of noisy, sparse scans.
 
-Every rule of the task lives here (what a scan shows, what each tool does, when a scan is skipped, when
-the episode ends); the two rollout paths (MCP server, in-process processor) are thin transports around
-:class:`SpectrumEnv`. Gymnasium-shaped::
+:class:`SpectrumEnv` owns every rule of an episode (what a scan shows, what each tool does, when a scan is
+skipped, when the episode ends); the rollout paths (MCP server, in-process processor, TRL, verifiers) are
+thin transports around it. Gymnasium-shaped::
 
     env = SpectrumEnv(EnvConfig(preset="default", memory_mode="scaffold", reward="default"))
     obs, info = env.reset(seed=seed_for_row("row-0007"))
@@ -11,202 +11,43 @@ the episode ends); the two rollout paths (MCP server, in-process processor) are 
 One seed drives one ``numpy.random.Generator`` that draws the band *and* the whole scan sequence at
 ``reset`` (so every rollout of a row sees byte-identical prompts in every process). The scrambled echo of
 the control arm uses a second stream derived from the same seed.
+
+The pieces around it, each in a module of its own (and re-exported here, where callers import them):
+``config`` (:class:`EnvConfig`, the memory modes and prompt variants), ``presets`` (the bands and their
+scan schedules), ``instructions`` (the system prompt and the tool schemas), ``actions`` (tool-call
+arguments: the JSON parser, the size limit, the report's validation), ``reward`` (the scores) and ``rows``
+(a dataset row's config and seed; :func:`env_for_row` builds the env from them).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 from bisect import bisect_left
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from spectrum_rft.task import reward as sr
 from spectrum_rft.task import scan_format
-from spectrum_rft.task.episode import Episode, Peak, Preset, Scan  # noqa: F401 (re-exported)
-from spectrum_rft.task.presets import PRESETS, RoundRobinPreset, get_preset  # noqa: F401
+from spectrum_rft.task.actions import (MAX_ARGUMENT_BYTES, InvalidAction, InvalidArguments, argument_bytes,
+                                       parse_arguments, parse_report)
+from spectrum_rft.task.config import MEMORY_MODES, PROMPT_VARIANTS, EnvConfig
+from spectrum_rft.task.episode import Episode, Peak, Preset, Scan
+from spectrum_rft.task.instructions import render_system_prompt, tool_schemas
+from spectrum_rft.task.presets import PRESETS, RoundRobinPreset, get_preset
+from spectrum_rft.task.rows import row_config, row_episode, row_seed
+from spectrum_rft.task.scan_format import TEMPLATE_DIR
 from spectrum_rft.task.seeding import resolve_salt, seed_for_row
 
-MemoryMode = Literal["none", "icl", "notepad", "scaffold", "scrambled", "icl_notepad"]
-# icl_notepad is CLBench's: context cleared every scan, a notepad shown with each scan that the model
-# replaces through submit_report's ``notepad_update`` field.
-MEMORY_MODES: tuple[str, ...] = ("none", "icl", "notepad", "scaffold", "scrambled", "icl_notepad")
-PROMPT_VARIANTS: tuple[str, ...] = ("explicit", "weak", "notepad-vague", "notepad-explicit")
-TEMPLATE_DIR = scan_format.TEMPLATE_DIR  # the text format (render and parse): spectrum_rft.task.scan_format
-
-
-# --------------------------------------------------------------------------------------------------
-# Configuration, tools, rendering
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class EnvConfig:
-    """Everything that defines an episode besides its seed. Travels with the dataset row."""
-
-    preset: str = "default"
-    memory_mode: str = "scaffold"
-    reward: str = "default"
-    prompt: str = "explicit"
-    think: bool = False  # False appends Qwen3's /no_think to the system prompt
-    salt: str = ""
-    max_calls_per_scan: int = 4  # model calls per scan before it is skipped (notepad calls count)
-    notepad_chars: int = 2000
-    carry_tolerance: float = 4.0  # MHz: a previous region is "kept" if a new centre lies this close
-
-    def __post_init__(self) -> None:
-        get_preset(self.preset)
-        if self.memory_mode not in MEMORY_MODES:
-            raise ValueError(f"unknown memory_mode {self.memory_mode!r}; choose one of {', '.join(MEMORY_MODES)}")
-        sr.check_reward(self.reward)
-        if self.prompt not in PROMPT_VARIANTS:
-            raise ValueError(f"unknown prompt {self.prompt!r}; choose one of {', '.join(PROMPT_VARIANTS)}")
-        if self.max_calls_per_scan < 1:
-            raise ValueError("max_calls_per_scan must be >= 1")
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any] | None) -> "EnvConfig":
-        """Build from a dataset row's ``dataset_info`` (unknown keys ignored)."""
-        d = d or {}
-        names = cls.__dataclass_fields__.keys()
-        return cls(**{k: v for k, v in d.items() if k in names})
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
-
-
-def tool_schemas(memory_mode: str, preset: str = "default") -> list[dict]:
-    """OpenAI function-calling schemas for a memory mode. The single definition both paths use."""
-    p = get_preset(preset)
-    lo, hi = p.band
-    report_props: dict[str, Any] = {
-        "center_freqs": {
-            "type": "array",
-            "items": {"type": "number"},
-            "maxItems": p.max_regions,
-            "description": f"Centre frequency in MHz of every occupied region ({lo:g}-{hi:g} MHz, at most "
-            f"{p.max_regions}).",
-        },
-        "bandwidths": {
-            "type": "array",
-            "items": {"type": "number"},
-            "maxItems": p.max_regions,
-            "description": "Optional: bandwidth in MHz of each region, same length as center_freqs."
-            + (f" Ignored on this band: every region is {p.report_width:g} MHz wide." if p.report_width else ""),
-        },
-    }
-    if memory_mode == "icl_notepad":
-        report_props["notepad_update"] = {
-            "type": "string",
-            "description": "Optional: replaces your notepad, which is shown to you with every later scan "
-            "(your only memory across scans).",
-        }
-    tools = [
-        {
-            "type": "function",
-            "function": {
-                "name": "submit_report",
-                "description": "Report the occupied regions of the band for the current scan. Ends the scan.",
-                "parameters": {"type": "object", "properties": report_props, "required": ["center_freqs"]},
-            },
-        }
-    ]
-    if memory_mode == "notepad":
-        tools += [
-            {
-                "type": "function",
-                "function": {
-                    "name": "notepad_read",
-                    "description": "Read your notepad. It persists across scans.",
-                    "parameters": {"type": "object", "properties": {}},
-                },
-            },
-            {
-                "type": "function",
-                "function": {
-                    "name": "notepad_write",
-                    "description": "Replace the whole notepad with `text` (it persists across scans).",
-                    "parameters": {
-                        "type": "object",
-                        "properties": {"text": {"type": "string", "description": "The new notepad content."}},
-                        "required": ["text"],
-                    },
-                },
-            },
-        ]
-    return tools
-
-
-def render_system_prompt(config: EnvConfig) -> str:
-    p = get_preset(config.preset)
-    return scan_format.render_system_prompt(variant=config.prompt, memory_mode=config.memory_mode, band=p.band,
-                                            n_scans=p.n_scans, max_regions=p.max_regions,
-                                            report_width=p.report_width, think=config.think)
-
-
-# --------------------------------------------------------------------------------------------------
-# Actions
-# --------------------------------------------------------------------------------------------------
-
-
-class InvalidAction(ValueError):
-    """A report the environment refuses; the message is written for the model."""
-
-
-def _number_list(name: str, value: Any) -> list[float]:
-    if not isinstance(value, (list, tuple)):
-        raise InvalidAction(f"{name} must be a list of numbers, got {type(value).__name__}")
-    if all(type(v) is float or type(v) is int for v in value) and all(map(math.isfinite, value)):
-        return [float(v) for v in value]  # the common case, checked in bulk
-    out = []
-    for i, v in enumerate(value):
-        if not sr.is_finite_number(v):
-            shown = repr(v)
-            shown = shown if len(shown) <= 40 else shown[:37] + "..."
-            raise InvalidAction(f"{name}[{i}] must be a finite number, got {shown}")
-        out.append(float(v))
-    return out
-
-
-def parse_report(action: Any, preset: Preset) -> tuple[list[float], list[float]]:
-    """Validate a report; return (centres, widths). Raises :class:`InvalidAction` with a clear message.
-
-    An invalid report is refused as a whole (nothing is scored, the scan stays open, the model may try
-    again within its call budget). JSON strings are accepted, since models send tool arguments as text.
-    """
-    if isinstance(action, (str, bytes)):
-        try:
-            action = json.loads(action)
-        except (ValueError, RecursionError) as e:
-            raise InvalidAction(f"arguments are not valid JSON: {str(e)[:80]}") from None
-    if not isinstance(action, dict):
-        raise InvalidAction(f"arguments must be an object with center_freqs, got {type(action).__name__}")
-    if "center_freqs" not in action:
-        raise InvalidAction("missing required argument center_freqs (a list of centre frequencies in MHz)")
-    raw = action["center_freqs"]
-    if isinstance(raw, (list, tuple)) and len(raw) > preset.max_regions:
-        raise InvalidAction(f"too many regions: {len(raw)} > {preset.max_regions}; merge or drop some")
-    centres = _number_list("center_freqs", raw)
-    lo, hi = preset.band
-    if centres and not (lo <= min(centres) and max(centres) <= hi):
-        i, c = next((i, c) for i, c in enumerate(centres) if not lo <= c <= hi)
-        raise InvalidAction(f"center_freqs[{i}] = {c:g} MHz is outside the band {lo:g}-{hi:g} MHz")
-    bw = action.get("bandwidths")
-    if bw is None:
-        widths = [preset.report_width or preset.default_width] * len(centres)
-    else:
-        if isinstance(bw, (list, tuple)) and len(bw) != len(centres):
-            raise InvalidAction(f"bandwidths has {len(bw)} entries but center_freqs has {len(centres)}")
-        widths = _number_list("bandwidths", bw)
-        for i, w in enumerate(widths):
-            if not 0.0 < w <= hi - lo:
-                raise InvalidAction(f"bandwidths[{i}] = {w:g} MHz must be > 0 and at most the band width")
-        if preset.report_width is not None:
-            widths = [preset.report_width] * len(centres)
-    return centres, widths
+__all__ = [  # this module's own names, then the pieces' names re-exported for their callers
+    "AFTER_END", "EXTRA_SUBMIT", "NUDGE", "STILL_OPEN", "SpectrumEnv", "ToolResult", "env_for_row",
+    "MAX_ARGUMENT_BYTES", "InvalidAction", "InvalidArguments", "argument_bytes", "parse_arguments", "parse_report",
+    "MEMORY_MODES", "PROMPT_VARIANTS", "EnvConfig", "Episode", "Peak", "Preset", "Scan", "render_system_prompt",
+    "tool_schemas", "PRESETS", "RoundRobinPreset", "get_preset", "row_config", "row_episode", "row_seed",
+    "TEMPLATE_DIR", "resolve_salt", "seed_for_row",
+]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -225,21 +66,6 @@ EXTRA_SUBMIT = ("Error: this scan was already reported by an earlier submit_repo
 AFTER_END = "Error: all scans are recorded; this call was ignored."
 STILL_OPEN = " The scan is still open; call submit_report again."
 NUDGE = "No tool call received. Call submit_report with the centre frequencies of all occupied regions."
-# Tool-call arguments (as the model wrote them, UTF-8) larger than this are refused whole, by size, on every
-# transport: the MCP transport cannot carry much more (mcp's 4 MiB request limit) and sends only the size.
-MAX_ARGUMENT_BYTES = 2 << 20
-
-
-def argument_bytes(arguments: Any) -> int:
-    """UTF-8 size of tool-call arguments written as text (0 for anything else); exact only when it can
-    exceed :data:`MAX_ARGUMENT_BYTES` (a cheap bound otherwise)."""
-    if isinstance(arguments, bytes):
-        return len(arguments)
-    if not isinstance(arguments, str) or 4 * len(arguments) <= MAX_ARGUMENT_BYTES:
-        return len(arguments) if isinstance(arguments, str) else 0
-    return len(arguments.encode("utf-8", "surrogatepass"))
-
-
 @dataclass(slots=True)
 class ToolResult:
     """What a tool call did. ``content`` is the text for the model; the rest is structured data."""
@@ -250,10 +76,6 @@ class ToolResult:
     reward: float | None = None  # the scored reward, when ``advanced``
     error: str | None = None
     skipped: bool = False  # this call ended the model turn and the call budget closed the scan
-
-    def as_dict(self) -> dict:
-        return {"content": self.content, "ok": self.ok, "advanced": self.advanced, "reward": self.reward,
-                "error": self.error, "skipped": self.skipped}
 
 
 @dataclass(slots=True)
@@ -268,7 +90,7 @@ class _State:
     seen: set[int] = field(default_factory=set)  # transmitters detected in an earlier scan
     prev_report: list[float] = field(default_factory=list)
     calls_this_scan: int = 0
-    turn_open: bool = False  # a transport announced a model turn (begin_model_turn) not yet ended
+    turn_open: bool = False  # a model turn (call_tool(first=True)) not yet ended
     reported_this_turn: bool = False  # a submit_report of the open model turn scored the scan
     notepad: str = ""
     faults: dict[str, int] = field(default_factory=dict)
@@ -326,17 +148,25 @@ class SpectrumEnv:
 
     # ---- tools (the one implementation both rollout paths call) ----------------------------------
 
-    def call_tool(self, name: str, arguments: Any, *, size: int | None = None, ends_turn: bool = False) -> ToolResult:
+    def call_tool(self, name: str, arguments: Any, *, first: bool = False, last: bool = False,
+                  size: int | None = None) -> ToolResult:
         """Run one tool call from the model. Never raises for bad model input.
 
-        Within one model turn (from :meth:`begin_model_turn` to :meth:`end_model_turn`) only the first
-        scored ``submit_report`` counts: a further one gets an error and never lands on the next scan.
-        Calls after the last scan get an error too. Both are counted as faults. Arguments written as text
-        longer than :data:`MAX_ARGUMENT_BYTES` are refused by size (``size``: that size, from a transport
-        that carried only the size). ``ends_turn``: the last call of the model's message; the turn is
-        ended here (:meth:`end_model_turn`) and, when the budget closes the scan, the text says so."""
+        A model's message is one model turn, whatever its number of calls: ``first`` marks the message's
+        first call (it opens the turn, unless the episode is over) and ``last`` its last (it closes the turn;
+        a single call is both). Within a turn only the first scored ``submit_report`` counts: a further one
+        gets an error and never lands on the next scan. A closed turn counts against the open scan's call
+        budget unless one of its ``submit_report`` calls scored the scan; after ``max_calls_per_scan`` such
+        turns the scan is skipped, and the last call's text says so. A call with neither flag outside a turn
+        (a scripted loop over the env) has no budget: every valid report advances.
+
+        Calls after the last scan get an error; both errors are counted as faults. Arguments written as
+        text longer than :data:`MAX_ARGUMENT_BYTES` are refused by size (``size``: that size, from a
+        transport that carried only the size)."""
+        if first and not self.done:
+            self._begin_turn()
         res = self._call_tool(name, arguments, size)
-        if ends_turn and self.end_model_turn():
+        if last and self._end_turn():
             res.content = (res.content.removesuffix(STILL_OPEN) + f"\nScan {self.scan_index} closed without a "
                            f"valid report ({self.config.max_calls_per_scan} model calls used); it is scored as an "
                            "empty report.")
@@ -348,7 +178,7 @@ class SpectrumEnv:
         reminder for the model, or None when the budget closed the scan (the next scan follows)."""
         if self.done:
             return None
-        forced = self.end_model_turn()
+        forced = self._end_turn()
         return None if forced or self.done else NUDGE
 
     def _call_tool(self, name: str, arguments: Any, size: int | None) -> ToolResult:
@@ -366,13 +196,11 @@ class SpectrumEnv:
             msg = f"the arguments are {size} bytes; the limit is {MAX_ARGUMENT_BYTES}"
             return ToolResult(f"Error: {msg}. The call was ignored.", ok=False, error=msg)
         if name == "submit_report":
-            if isinstance(arguments, (str, bytes)):
-                try:
-                    arguments = json.loads(arguments)
-                except (ValueError, RecursionError) as e:
-                    self._fault("invalid_report")
-                    msg = f"arguments are not valid JSON: {str(e)[:80]}"
-                    return ToolResult(f"Error: {msg}.{STILL_OPEN}", ok=False, error=msg)
+            try:
+                arguments = parse_arguments(arguments)
+            except InvalidArguments as e:
+                self._fault("invalid_report")
+                return ToolResult(f"Error: {e}.{STILL_OPEN}", ok=False, error=str(e))
             note = None
             if self.config.memory_mode == "icl_notepad" and isinstance(arguments, dict) and "notepad_update" in arguments:
                 note = self._set_notepad(arguments["notepad_update"])
@@ -392,12 +220,10 @@ class SpectrumEnv:
                                   error="notepad_unavailable")
             if name == "notepad_read":
                 return ToolResult(s.notepad if s.notepad else "(the notepad is empty)", ok=True)
-            args = arguments
-            if isinstance(args, (str, bytes)):
-                try:
-                    args = json.loads(args)
-                except (ValueError, RecursionError):
-                    args = None
+            try:
+                args = parse_arguments(arguments)
+            except InvalidArguments:
+                args = None  # refused below as a notepad text that is not a string
             return self._set_notepad(args.get("text") if isinstance(args, dict) else None)
         self._fault("unknown_tool")
         shown = str(name)[:40]
@@ -426,21 +252,19 @@ class SpectrumEnv:
     def turn_open(self) -> bool:
         return self._s is not None and self._s.turn_open
 
-    def begin_model_turn(self) -> None:
-        """A model reply is about to be executed: its tool calls form one turn (see :meth:`call_tool`)."""
+    def _begin_turn(self) -> None:
+        """A model's message is about to be executed: its tool calls form one turn (see :meth:`call_tool`)."""
         s = self._state()
-        assert s is not None
         s.turn_open, s.reported_this_turn = True, False
 
-    def end_model_turn(self, advanced: bool | None = None) -> bool:
-        """Close one model call (a turn): count it against the open scan's budget unless one of its
-        ``submit_report`` calls scored the scan (``advanced``; by default the env's own record). After
-        ``max_calls_per_scan`` calls without a scored report the scan is skipped. Returns True when this
-        forced the scan to advance."""
+    def _end_turn(self) -> bool:
+        """Close one model turn: count it against the open scan's budget unless one of its ``submit_report``
+        calls scored the scan. After ``max_calls_per_scan`` turns without a scored report the scan is
+        skipped. Returns True when this forced the scan to advance."""
         s = self._s
         if s is None:
             return False
-        advanced = s.reported_this_turn or bool(advanced)
+        advanced = s.reported_this_turn
         s.turn_open, s.reported_this_turn = False, False
         if self.done or advanced:
             s.calls_this_scan = 0
@@ -601,41 +425,12 @@ class SpectrumEnv:
 
 
 # --------------------------------------------------------------------------------------------------
-# Dataset rows -> environments (the one place both rollout paths turn a row into an env and a seed)
+# Dataset rows -> environments (the row's config and seed: spectrum_rft.task.rows)
 # --------------------------------------------------------------------------------------------------
 
 
-def _row_context(dataset_info: dict[str, Any] | None) -> dict[str, Any]:
-    """The env settings a row carries: ``dataset_info["environment_context"]``, or the top level."""
-    info = dataset_info or {}
-    ctx = info.get("environment_context")
-    return ctx if isinstance(ctx, dict) else info
-
-
-def row_config(dataset_info: dict[str, Any] | None) -> EnvConfig:
-    """The env config a dataset row carries (``dataset_info["environment_context"]``, or the top level)."""
-    return EnvConfig.from_dict(_row_context(dataset_info))
-
-
-def row_seed(row_id: str, config: EnvConfig) -> int:
-    """The band seed of a row: ``seed_for_row(row_id, salt)`` with a ``process`` salt resolved here."""
-    return seed_for_row(row_id, resolve_salt(config.salt))
-
-
 def env_for_row(row_id: str, dataset_info: dict[str, Any] | None) -> tuple[SpectrumEnv, int]:
-    """A fresh env for one rollout of a row, and the seed to reset it with (both rollout paths).
-
-    The seed is the row's explicit ``environment_context["seed"]`` when it carries one (the dataset
-    generator writes ``seed_for_row(row_id, salt)`` there; 0 is a valid seed), else it is derived here
-    from the row id and salt (a ``process`` salt is resolved once per process). Presets whose seed is a
-    run index of a fixed schedule (``seed_is_run_index``, e.g. bench90) require the explicit seed.
-    """
-    cfg = row_config(dataset_info)
-    explicit = _row_context(dataset_info).get("seed")
-    if cfg.salt == "process":  # a per-process band: any stored seed is ignored
-        cfg = EnvConfig(**{**cfg.to_dict(), "salt": resolve_salt("process")})
-    elif isinstance(explicit, int) and not isinstance(explicit, bool) and explicit >= 0:
-        return SpectrumEnv(cfg), explicit
-    if get_preset(cfg.preset).seed_is_run_index:
-        raise ValueError(f"row {row_id!r}: preset {cfg.preset!r} needs environment_context['seed'] = run index")
-    return SpectrumEnv(cfg), row_seed(row_id, cfg)
+    """A fresh env for one rollout of a row, and the seed to reset it with (both rollout paths; the
+    row's config and seed: :func:`spectrum_rft.task.rows.row_episode`)."""
+    config, seed = row_episode(row_id, dataset_info)
+    return SpectrumEnv(config), seed

@@ -1,7 +1,9 @@
 """Pure scoring for the spectrum task: exact interval arithmetic, IoUs, rewards and episode metrics.
 
 No I/O and no randomness. Intervals are ``(lo, hi)`` float pairs in MHz; a *merged* list is sorted and
-disjoint. Everything is exact (no frequency bins), so a score can be checked by hand.
+disjoint. Everything is exact (no frequency bins), so a score can be checked by hand. The last section
+holds the reference definitions (the IoUs through complement lists) that the tests check the scoring
+path against.
 
 Rewards are a family, selected by name (``REWARDS``):
 
@@ -20,7 +22,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from spectrum_rft.common.stats import mean
+from spectrum_rft.common.stats import halves, mean_or  # noqa: F401 (halves: re-exported)
 
 Interval = tuple[float, float]
 EPS = 1e-9  # MHz: a union (or free spectrum) shorter than this counts as empty
@@ -28,14 +30,6 @@ EPS = 1e-9  # MHz: a union (or free spectrum) shorter than this counts as empty
 # --------------------------------------------------------------------------------------------------
 # Interval arithmetic
 # --------------------------------------------------------------------------------------------------
-
-
-def regions(centres: Sequence[float], widths: Sequence[float] | float) -> list[Interval]:
-    """Turn centres and widths (one width or one per centre) into ``(lo, hi)`` intervals."""
-    if isinstance(widths, (int, float)):
-        h = 0.5 * float(widths)
-        return [(c - h, c + h) for c in centres]
-    return [(c - 0.5 * w, c + 0.5 * w) for c, w in zip(centres, widths, strict=True)]
 
 
 def merge(intervals: Iterable[Interval]) -> list[Interval]:
@@ -50,16 +44,6 @@ def merge(intervals: Iterable[Interval]) -> list[Interval]:
         else:
             out.append([lo, hi])
     return [(a, b) for a, b in out]
-
-
-def clip(merged: Sequence[Interval], lo: float, hi: float) -> list[Interval]:
-    """Restrict a merged list to ``[lo, hi]``."""
-    out = []
-    for a, b in merged:
-        a2, b2 = max(a, lo), min(b, hi)
-        if b2 > a2:
-            out.append((a2, b2))
-    return out
 
 
 def total(merged: Sequence[Interval]) -> float:
@@ -85,25 +69,9 @@ def intersection(a: Sequence[Interval], b: Sequence[Interval]) -> float:
     return acc
 
 
-def complement(merged: Sequence[Interval], lo: float, hi: float) -> list[Interval]:
-    """The parts of ``[lo, hi]`` not covered by a merged list."""
-    out = []
-    cur = lo
-    for a, b in merged:
-        if a > cur:
-            out.append((cur, min(a, hi)))
-        cur = max(cur, b)
-        if cur >= hi:
-            break
-    if cur < hi:
-        out.append((cur, hi))
-    return [(a, b) for a, b in out if b > a]
-
-
-def iou(a: Sequence[Interval], b: Sequence[Interval]) -> float:
-    """IoU of two merged lists; 1.0 when both are empty (nothing to find, nothing claimed)."""
-    inter = intersection(a, b)
-    union = total(a) + total(b) - inter
+def iou_from_lengths(inter: float, union: float) -> float:
+    """An IoU from its two lengths: ``inter / union`` clipped to [0, 1]; 1.0 when the union is empty
+    (nothing to find, nothing claimed)."""
     if union <= EPS:
         return 1.0
     return min(1.0, max(0.0, inter / union))
@@ -112,19 +80,6 @@ def iou(a: Sequence[Interval], b: Sequence[Interval]) -> float:
 # --------------------------------------------------------------------------------------------------
 # Per-scan scores
 # --------------------------------------------------------------------------------------------------
-
-
-def occ_iou(report: Sequence[Interval], truth: Sequence[Interval], band: Interval) -> float:
-    """Occupied-spectrum IoU: report vs all transmitters, both clipped to the band."""
-    return iou(clip(merge(report), *band), clip(merge(truth), *band))
-
-
-def avail_iou(report: Sequence[Interval], truth: Sequence[Interval], band: Interval) -> float:
-    """Available-spectrum IoU (CLBench): IoU of the complements inside the band."""
-    lo, hi = band
-    r = complement(clip(merge(report), lo, hi), lo, hi)
-    t = complement(clip(merge(truth), lo, hi), lo, hi)
-    return iou(r, t)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,11 +100,8 @@ def score_scan(report_merged: Sequence[Interval], truth_merged: Sequence[Interva
     inter = intersection(report_merged, truth_merged)
     r, t = total(report_merged), total(truth_merged)
     union = r + t - inter
-    occ = 1.0 if union <= EPS else min(1.0, max(0.0, inter / union))
     width = band[1] - band[0]
-    free_union = width - inter
-    avail = 1.0 if free_union <= EPS else min(1.0, max(0.0, (width - union) / free_union))
-    return ScanScore(occ, avail)
+    return ScanScore(iou_from_lengths(inter, union), iou_from_lengths(width - union, width - inter))
 
 
 REWARDS = ("default", "occ_iou", "avail_iou")
@@ -216,20 +168,6 @@ class ScanRecord:
         return {k: getattr(self, k) for k in self.__slots__}
 
 
-def halves(values: Sequence[float]) -> tuple[float | None, float | None]:
-    """Mean of the first and last ``len // 2`` values (the middle one of an odd count is in neither)."""
-    n = len(values) // 2
-    if n == 0:
-        return None, None
-    return sum(values[:n]) / n, sum(values[-n:]) / n
-
-
-def _mean0(xs: Sequence[float]) -> float:
-    """The mean, 0.0 for no values (an episode with no scans scores 0)."""
-    m = mean(xs)
-    return 0.0 if m is None else m
-
-
 def episode_metrics(records: Sequence[ScanRecord]) -> dict:
     """Aggregate per-scan records (one per scan of the episode, skipped ones included) into metrics.
 
@@ -242,9 +180,9 @@ def episode_metrics(records: Sequence[ScanRecord]) -> dict:
     prev = sum(r.carry_prev for r in records)
     shown = sum(r.echo_shown for r in records)
     return {
-        "score": _mean0(rewards),
-        "mean_occ": _mean0([r.occ for r in records]),
-        "mean_avail": _mean0([r.avail for r in records]),
+        "score": mean_or(rewards, 0.0),
+        "mean_occ": mean_or([r.occ for r in records], 0.0),
+        "mean_avail": mean_or([r.avail for r in records], 0.0),
         "early_mean": early,
         "late_mean": late,
         "memory_gain": (late - early) if early is not None and late is not None else None,
@@ -253,9 +191,68 @@ def episode_metrics(records: Sequence[ScanRecord]) -> dict:
         "dormant_recall": (sum(r.dormant_covered for r in records) / eligible) if eligible else None,
         "carry_rate": (sum(r.carry_kept for r in records) / prev) if prev else None,
         "echo_copy": (sum(r.echo_kept for r in records) / shown) if shown else None,
-        "report_size": _mean0([r.report_size for r in records]),
+        "report_size": mean_or([r.report_size for r in records], 0.0),
     }
 
 
 def is_finite_number(x: object) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+# --------------------------------------------------------------------------------------------------
+# The reference definitions: the IoUs written the obvious way (interval and complement lists). The scoring
+# path (:func:`score_scan`, :func:`report_intervals`) computes the same values from lengths alone;
+# tests/test_reward.py checks it against these. Public through ``spectrum_reward`` (the design card).
+# --------------------------------------------------------------------------------------------------
+
+
+def regions(centres: Sequence[float], widths: Sequence[float] | float) -> list[Interval]:
+    """Turn centres and widths (one width or one per centre) into ``(lo, hi)`` intervals."""
+    if isinstance(widths, (int, float)):
+        h = 0.5 * float(widths)
+        return [(c - h, c + h) for c in centres]
+    return [(c - 0.5 * w, c + 0.5 * w) for c, w in zip(centres, widths, strict=True)]
+
+
+def clip(merged: Sequence[Interval], lo: float, hi: float) -> list[Interval]:
+    """Restrict a merged list to ``[lo, hi]``."""
+    out = []
+    for a, b in merged:
+        a2, b2 = max(a, lo), min(b, hi)
+        if b2 > a2:
+            out.append((a2, b2))
+    return out
+
+
+def complement(merged: Sequence[Interval], lo: float, hi: float) -> list[Interval]:
+    """The parts of ``[lo, hi]`` not covered by a merged list."""
+    out = []
+    cur = lo
+    for a, b in merged:
+        if a > cur:
+            out.append((cur, min(a, hi)))
+        cur = max(cur, b)
+        if cur >= hi:
+            break
+    if cur < hi:
+        out.append((cur, hi))
+    return [(a, b) for a, b in out if b > a]
+
+
+def iou(a: Sequence[Interval], b: Sequence[Interval]) -> float:
+    """IoU of two merged lists; 1.0 when both are empty (nothing to find, nothing claimed)."""
+    inter = intersection(a, b)
+    return iou_from_lengths(inter, total(a) + total(b) - inter)
+
+
+def occ_iou(report: Sequence[Interval], truth: Sequence[Interval], band: Interval) -> float:
+    """Occupied-spectrum IoU: report vs all transmitters, both clipped to the band."""
+    return iou(clip(merge(report), *band), clip(merge(truth), *band))
+
+
+def avail_iou(report: Sequence[Interval], truth: Sequence[Interval], band: Interval) -> float:
+    """Available-spectrum IoU (CLBench): IoU of the complements inside the band."""
+    lo, hi = band
+    r = complement(clip(merge(report), lo, hi), lo, hi)
+    t = complement(clip(merge(truth), lo, hi), lo, hi)
+    return iou(r, t)

@@ -67,8 +67,7 @@ def play_policy(policy: str, system: str, run: int, prompt: str = "weak") -> lis
     while not obs["done"]:
         _, calls = spectrum_models.decide(policy, [system_msg, {"role": "user", "content": obs["prompt"]}],
                                           env.tools(), truth=truth)
-        result = env.call_tool(calls[-1]["name"], calls[-1]["arguments"])
-        env.end_model_turn(result.advanced)  # one model turn per scan
+        result = env.call_tool(calls[-1]["name"], calls[-1]["arguments"], first=True, last=True)  # one turn a scan
         if not result.advanced:
             raise RuntimeError(f"{policy} produced an invalid report: {result.error}")
         obs = env.observation()

@@ -75,8 +75,7 @@ def memoryless_report(scan_text: str) -> dict:
 def play_prefix(env: SpectrumEnv, n: int) -> None:
     """Play the open episode's next ``n`` scans with :func:`memoryless_report`, one model turn each."""
     for _ in range(n):
-        env.begin_model_turn()
-        env.call_tool("submit_report", memoryless_report(env.observation()["prompt"]), ends_turn=True)
+        env.call_tool("submit_report", memoryless_report(env.observation()["prompt"]), first=True, last=True)
 
 
 def scan_metrics(env: SpectrumEnv, scan: int, reference: float | None = None) -> dict:
@@ -217,9 +216,7 @@ class SpectrumToolEnv:
             return "Error: the episode has not started. The call was ignored."
         if self.done and not env.done:  # a scan episode whose scan is closed (the env has more scans)
             return f"Error: this rollout ended with scan {self._scan}. The call was ignored."
-        if not env.done:
-            env.begin_model_turn()
-        res = env.call_tool(name, arguments, ends_turn=True)
+        res = env.call_tool(name, arguments, first=True, last=True)
         if (res.advanced or res.skipped) and not env.done and not self._scan:
             return f"{res.content}\n\n{env.observation()['prompt']}"
         return res.content

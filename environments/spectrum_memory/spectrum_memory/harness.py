@@ -86,10 +86,9 @@ async def play(env, seed: int, transcript: list[dict], complete) -> tuple[int, s
         reply = _assistant_message(msg)
         transcript.append(reply)
         calls = reply.get("tool_calls") or []
-        for i, tc in enumerate(calls):
-            if i == 0 and not env.done:
-                env.begin_model_turn()  # this reply's calls are one turn: one scored report at most
-            res = env.call_tool(tc["function"]["name"], tc["function"]["arguments"], ends_turn=i == len(calls) - 1)
+        for i, tc in enumerate(calls):  # this reply's calls are one turn: one scored report at most
+            res = env.call_tool(tc["function"]["name"], tc["function"]["arguments"], first=i == 0,
+                                last=i == len(calls) - 1)
             transcript.append({"role": "tool", "tool_call_id": tc["id"], "content": res.content})
         if not calls:
             nudge = env.no_tool_call()

@@ -1,0 +1,50 @@
+"""What defines an episode besides its seed: :class:`EnvConfig` (preset, memory mode, reward, prompt
+variant, call budget, ...), checked when it is made. It travels with the dataset row."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from spectrum_rft.task.presets import get_preset
+from spectrum_rft.task.reward import check_reward
+
+# icl_notepad is CLBench's: context cleared every scan, a notepad shown with each scan that the model
+# replaces through submit_report's ``notepad_update`` field.
+MEMORY_MODES: tuple[str, ...] = ("none", "icl", "notepad", "scaffold", "scrambled", "icl_notepad")
+PROMPT_VARIANTS: tuple[str, ...] = ("explicit", "weak", "notepad-vague", "notepad-explicit")
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """Everything that defines an episode besides its seed. Travels with the dataset row."""
+
+    preset: str = "default"
+    memory_mode: str = "scaffold"
+    reward: str = "default"
+    prompt: str = "explicit"
+    think: bool = False  # False appends Qwen3's /no_think to the system prompt
+    salt: str = ""
+    max_calls_per_scan: int = 4  # model calls per scan before it is skipped (notepad calls count)
+    notepad_chars: int = 2000
+    carry_tolerance: float = 4.0  # MHz: a previous region is "kept" if a new centre lies this close
+
+    def __post_init__(self) -> None:
+        get_preset(self.preset)
+        if self.memory_mode not in MEMORY_MODES:
+            raise ValueError(f"unknown memory_mode {self.memory_mode!r}; choose one of {', '.join(MEMORY_MODES)}")
+        check_reward(self.reward)
+        if self.prompt not in PROMPT_VARIANTS:
+            raise ValueError(f"unknown prompt {self.prompt!r}; choose one of {', '.join(PROMPT_VARIANTS)}")
+        if self.max_calls_per_scan < 1:
+            raise ValueError("max_calls_per_scan must be >= 1")
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> "EnvConfig":
+        """Build from a dataset row's ``dataset_info`` (unknown keys ignored)."""
+        d = d or {}
+        names = cls.__dataclass_fields__.keys()
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
