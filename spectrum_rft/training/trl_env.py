@@ -25,7 +25,7 @@ row. Hence:
   only in tool results, so the next scan arrives as on the MCP path: the result of the call that closed
   a scan is ``"<env feedback>\\n\\n<next scan>"`` (``spectrum_rft/rollouts/loop.py``).
 * **Turns.** TRL does not tell an environment where one assistant message ends, so each tool call is one
-  model turn (``begin_model_turn`` / ``ends_turn=True``): the env's call budget still closes a scan after
+  model turn (``call_tool(..., first=True, last=True)``): the env's call budget still closes a scan after
   ``max_calls_per_scan`` calls without a scored report. Equal to the evaluator for replies with one tool
   call each; a reply with several calls is judged call by call (e.g. a second ``submit_report`` in one
   message scores the next scan here, the evaluator refuses it).
