@@ -120,19 +120,6 @@ def test_group_prefill_equals_separate_prompts_greedy(smollm):
     grouped, _ = s.sample(model, ids, 2, temperature=0)
     alone, _ = s.sample_prompts(model, [ids], temperature=0)
     assert grouped[0] == grouped[1] == alone[0]
-    # several groups in one decode batch: prompts of other lengths, left-padded caches, one generate()
-    other = grpo_rows(2, prompt="weak", memory_mode="scaffold", salt="test-sampler-3", scan_in_prompt=True)
-    ids2, ids3 = (s.prompt_ids(r["prompt"]) for r in other)
-    assert len({len(ids), len(ids2), len(ids3)}) > 1
-    s.stats.prefill_tokens = 0
-    batched, lps = s.sample_groups(model, [ids2, ids, ids3], [1, 2, 1], temperature=0)
-    assert s.stats.prefill_tokens == len(ids) + len(ids2) + len(ids3) - 3  # each prompt prefilled once
-    assert batched[1] == batched[2] == alone[0]
-    assert batched[0] == s.sample(model, ids2, 1, temperature=0)[0][0]
-    assert batched[3] == s.sample(model, ids3, 1, temperature=0)[0][0]
-    assert [len(x) for x in lps] == [len(x) for x in batched]
-    with pytest.raises(ValueError, match="one count"):
-        s.sample_groups(model, [ids], [0])
 
 
 def test_scan_prompt_is_the_env_paths_text():

@@ -3,9 +3,9 @@
 ``spectrum-rft train --sampler group`` hands TRL 1.16's public ``rollout_func`` hook a
 :class:`GroupSampler`. TRL gives it the step's prompts, each repeated ``num_generations`` times in a row
 (its ``RepeatSampler``); the sampler renders each distinct prompt once with the chat template and the
-env's tools, prefills it once, copies the prompt's KV cache to the G completions, and samples every
-group's completions together, one batch for the whole step, with ``model.generate`` (the trainer's own
-temperature, top-p, top-k; :meth:`GroupSampler.sample_groups`). What it returns (``prompt_ids``, ``completion_ids``, the
+env's tools, prefills it once, copies the prompt's KV cache to the G completions
+(``DynamicCache.batch_repeat_interleave``) and samples them together with ``model.generate`` (the
+trainer's own temperature, top-p, top-k). What it returns (``prompt_ids``, ``completion_ids``, the
 sampled tokens' log-probs) is what TRL's learner then scores, exactly as for its own generation.
 
 **Constrained** (``--constrained``): an xgrammar logits processor (xgrammar's Hugging Face
@@ -119,50 +119,21 @@ class GroupSampler:
         """``n`` completions of one prompt, prefilled once: their token ids (up to and including the stop
         token) and each sampled token's log-probability under the sampling distribution (tempered, top-p/k,
         grammar). ``temperature`` 0: greedy."""
-        return self.sample_groups(model, [prompt_ids], [n], temperature=temperature, top_p=top_p, top_k=top_k,
-                                  seed=seed)
-
-    def sample_groups(self, model: Any, prompts_ids: list[list[int]], counts: list[int], *, temperature: float = 1.0,
-                      top_p: float = 1.0, top_k: int | None = None,
-                      seed: int | None = None) -> tuple[list[list[int]], list[list[float]]]:
-        """``counts[i]`` completions of each prompt ``prompts_ids[i]``, in that order, decoded as ONE batch.
-
-        Each prompt is prefilled once, alone (no padding; only its last position's logits are computed),
-        and its KV cache copied to its completions; the caches are left-padded to a common length and
-        stacked (``DynamicCache(ddp_cache_data=...)``), the attention mask hiding the padding, so every
-        completion sees exactly its own prompt at its own positions (generate derives positions from the
-        mask). Decoding on a CPU is bound by reading the weights once per step, so one batch of all the
-        step's groups costs about what one group did."""
         import torch  # noqa: PLC0415
-        from transformers import DynamicCache  # noqa: PLC0415
 
-        if len(prompts_ids) != len(counts) or not prompts_ids or min(counts) < 1:
-            raise ValueError("one count >= 1 per prompt")
-        if min(len(p) for p in prompts_ids) < 2:
+        if len(prompt_ids) < 2:
             raise ValueError("a prompt needs at least 2 tokens")
         device = next(model.parameters()).device
-        width = max(len(p) for p in prompts_ids)
+        ids = torch.tensor([prompt_ids], device=device)
         if seed is not None:
             torch.manual_seed(seed)
         with torch.no_grad():
-            caches = [model(input_ids=torch.tensor([p[:-1]], device=device), use_cache=True, logits_to_keep=1).cache
-                      for p in prompts_ids]  # the one prefill of each group
-            layers = []
-            for i in range(len(caches[0].layers)):
-                kv = []
-                for part in ("keys", "values"):
-                    kv.append(torch.cat([torch.nn.functional.pad(getattr(c.layers[i], part), (0, 0, width - len(p), 0))
-                                         .repeat_interleave(n, dim=0) for c, p, n in zip(caches, prompts_ids, counts)]))
-                layers.append(tuple(kv))
-            del caches
-            pad = self.tokenizer.pad_token_id
-            ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p, n in zip(prompts_ids, counts) for _ in range(n)],
-                               device=device)
-            mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p, n in zip(prompts_ids, counts)
-                                 for _ in range(n)], device=device)
-            out = self._generate(model, ids, mask, DynamicCache(ddp_cache_data=layers), temperature, top_p, top_k)
-        self.stats.prefill_tokens += sum(len(p) - 1 for p in prompts_ids)
-        return self._completions(out, width)
+            cache = model(input_ids=ids[:, :-1], use_cache=True, logits_to_keep=1).cache  # the one prefill of the group
+            cache.batch_repeat_interleave(n)
+            out = self._generate(model, ids.expand(n, -1), torch.ones(n, ids.shape[1], dtype=torch.long, device=device),
+                                 cache, temperature, top_p, top_k)
+        self.stats.prefill_tokens += len(prompt_ids) - 1
+        return self._completions(out, ids.shape[1])
 
     def sample_prompts(self, model: Any, prompts_ids: list[list[int]], *, temperature: float = 1.0, top_p: float = 1.0,
                        top_k: int | None = None, seed: int | None = None) -> tuple[list[list[int]], list[list[float]]]:
@@ -218,18 +189,20 @@ class GroupSampler:
         model = trainer.accelerator.unwrap_model(trainer.model)
         args = trainer.args
         self.stats = SamplerStats()
-        groups: list[list[int]] = []  # TRL repeats each prompt G times in a row: one group per run of equal prompts
-        counts: list[int] = []
+        prompt_ids: list[list[int]] = []
+        completion_ids: list[list[int]] = []
+        logprobs: list[list[float]] = []
         i = 0
         while i < len(prompts):
             j = i + 1
             while j < len(prompts) and prompts[j] == prompts[i]:
                 j += 1
-            groups.append(self.prompt_ids(prompts[i]))
-            counts.append(j - i)
+            ids = self.prompt_ids(prompts[i])
+            comps, lps = self.sample(model, ids, j - i, temperature=args.temperature, top_p=args.top_p,
+                                     top_k=args.top_k)
+            prompt_ids += [ids] * (j - i)
+            completion_ids += comps
+            logprobs += lps
+            self.stats.groups += 1
             i = j
-        completion_ids, logprobs = self.sample_groups(model, groups, counts, temperature=args.temperature,
-                                                      top_p=args.top_p, top_k=args.top_k)
-        self.stats.groups = len(groups)
-        prompt_ids = [ids for ids, n in zip(groups, counts) for _ in range(n)]
         return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": logprobs}

@@ -84,7 +84,7 @@ def completion_logits(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
     for prompt, rows in groups.items():
         if len(prompt) < 1:
             raise ValueError("an empty prompt has no position to predict the first completion token from")
-        pre = model(input_ids=torch.tensor([prompt], device=prompt_ids.device), use_cache=True)
+        pre = model(input_ids=torch.tensor([prompt], device=prompt_ids.device), use_cache=True, logits_to_keep=1)
         cache = pre.cache
         cache.batch_repeat_interleave(len(rows))
         first = pre.logits[:, -1:].expand(len(rows), -1, -1)  # predicts completion token 0
