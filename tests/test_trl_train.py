@@ -66,6 +66,30 @@ def test_sft_records_a_run_and_moves_lora(sft_run):
     assert len(records) == 2 and all(r["completion"] for r in records)
 
 
+def test_a_recorded_warm_start_is_restored_exactly(sft_run, tmp_path):
+    """record_runs --with-adapter keeps the SFT adapter (no machine path in it); sft --from-adapter rebuilds
+    the merged model from it bit for bit, tokenizer and tool template included."""
+    import os
+    import subprocess
+    import sys
+
+    from safetensors.torch import load_file
+
+    rec = tmp_path / "results"
+    # the fixture's run lives in the temp folder, which record_runs refuses to name: point TMPDIR elsewhere
+    (tmp_path / "elsewhere").mkdir()
+    subprocess.run([sys.executable, "scripts/record_runs.py", "--with-adapter", str(rec), str(sft_run)], check=True,
+                   cwd=Path(__file__).resolve().parent.parent, env={**os.environ, "TMPDIR": str(tmp_path / "elsewhere")})
+    config = json.loads((rec / "sft" / "adapter" / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == "smollm2"
+    out = tmp_path / "restored"
+    assert R.sft_main(["--out", str(out), "--from-adapter", str(rec / "sft" / "adapter")]) == 0
+    a, b = load_file(out / "model" / "model.safetensors"), load_file(sft_run / "model" / "model.safetensors")
+    assert a.keys() == b.keys() and all(bool((a[k] == b[k]).all()) for k in a)
+    assert (out / "model" / "chat_template.jinja").read_text() == (sft_run / "model" / "chat_template.jinja").read_text()
+    assert json.loads((out / "summary.json").read_text())["rebuilt_from_adapter"].endswith("sft/adapter")
+
+
 def test_grpo_step_rewards_are_the_env_scores(sft_run, tmp_path):
     run = tmp_path / "grpo"
     assert R.train_main(["--out", str(run), "--model", str(sft_run / "model"), "--steps", "1", "--prompts", "1",

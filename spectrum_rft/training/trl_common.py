@@ -96,6 +96,17 @@ def save_model(trainer, tok, out: Path) -> None:
     tok.save_pretrained(out / "model")
 
 
+def merge_adapter(model_dir: Path | str, adapter: Path | str, out: Path) -> None:
+    """``out/model`` rebuilt from a base model and a saved LoRA adapter (``OUT/adapter`` of a run, or its copy
+    in ``results/``): merged as :func:`save_model` merges, with the base's tokenizer and the tool template,
+    so a recorded warm start can be restored exactly on a machine that did not train it."""
+    from peft import PeftModel  # noqa: PLC0415
+
+    merged = PeftModel.from_pretrained(load_model(model_dir), str(adapter)).merge_and_unload()
+    merged.save_pretrained(out / "model")
+    load_tokenizer(Path(model_dir)).save_pretrained(out / "model")
+
+
 def load_model(model_dir: Path | str):
     import torch  # noqa: PLC0415
     from transformers import AutoModelForCausalLM  # noqa: PLC0415

@@ -85,6 +85,7 @@ class SftConfig(Common):
     salt: str = "sft"
     eval_scans: int = 0  # after training: the model on N held-out scan episodes (spectrum-rft scan-eval), T=1 and 0.7
     eval_constrained: bool = False  # ... sampled under the tool-call grammar (default: free, the format's own rate)
+    from_adapter: str = ""  # no training: OUT/model rebuilt from --model and this recorded LoRA adapter (a warm start restored)
 
     def check(self) -> None:
         super().check()
@@ -194,6 +195,13 @@ def _lora(cfg: Common, model):
 
 def run_sft(cfg: SftConfig) -> dict:
     out, model_dir, _ = _setup(cfg)
+    if cfg.from_adapter:
+        from spectrum_rft.training.trl_common import merge_adapter  # noqa: PLC0415
+
+        merge_adapter(model_dir, cfg.from_adapter, out)
+        summary = {"rebuilt_from_adapter": portable_path(cfg.from_adapter)}
+        write_json(out / "summary.json", summary)
+        return {**summary, "main_process": True}
     from datasets import Dataset  # noqa: PLC0415
     from trl import SFTConfig, SFTTrainer  # noqa: PLC0415
 
@@ -238,6 +246,9 @@ def sft_main(argv: list[str] | None = None) -> int:
     if cfg is None:
         return 2
     s = run_sft(cfg)
+    if "rebuilt_from_adapter" in s:
+        print(f"sft: {cfg.out}/model rebuilt from {cfg.model} + the adapter {cfg.from_adapter} (no training)")
+        return 0
     if s["main_process"]:
         print(f"sft: {s['rows']} conversations (memoryless policy score {s['policy_score']:.3f}), {s['steps']} steps, "
               f"final loss {s['final_loss']}, {s['train_s']} s -> {cfg.out}/model")
