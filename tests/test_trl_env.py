@@ -5,7 +5,7 @@ policy driven through it scores exactly what the evaluator scores.
 the same function name and description; the same parameter names, the same ``required`` set; per
 parameter the same ``type`` and ``items``. Allowed differences, nothing else: the generated schema may mark
 an optional (non-required) parameter ``nullable`` (the adapter drops a null optional, as the MCP path
-does); the env may add ``maxItems`` (the preset's region cap, which the env enforces); the env's parameter
+does); the env may add ``maxItems`` (the preset's region cap) and bounds on a list's numbers (the band), both of which the env enforces; the env's parameter
 description may extend the docstring's (the preset's band and cap), so it must start with it.
 """
 
@@ -39,6 +39,7 @@ from spectrum_rft.training.trl_env import (
 
 GENERATED_ONLY = {"nullable"}  # allowed only on optional parameters
 ENV_ONLY = {"maxItems"}
+ITEM_BOUNDS = {"minimum", "maximum", "exclusiveMinimum"}  # the env's ranges of a list's numbers (the grammar's)
 
 
 def schema_differences(generated: dict, env_entry: dict) -> list[str]:
@@ -62,9 +63,11 @@ def schema_differences(generated: dict, env_entry: dict) -> list[str]:
     for name in set(gprops) & set(eprops):
         a, b = gprops[name], eprops[name]
         where = f"{e['name']}.{name}"
-        for key in ("type", "items"):
-            if a.get(key) != b.get(key):
-                out.append(f"{where}: {key} {a.get(key)!r} != {b.get(key)!r}")
+        if a.get("type") != b.get("type"):
+            out.append(f"{where}: type {a.get('type')!r} != {b.get('type')!r}")
+        env_items = {k: v for k, v in b.get("items", {}).items() if k not in ITEM_BOUNDS} if "items" in b else None
+        if a.get("items") != env_items:
+            out.append(f"{where}: items {a.get('items')!r} != {env_items!r}")
         extra_g = set(a) - set(b) - {"description"}
         if extra_g - GENERATED_ONLY or ("nullable" in extra_g and (name in e_req or a["nullable"] is not True)):
             out.append(f"{where}: generated schema adds {sorted(extra_g)}")

@@ -18,14 +18,14 @@ def tool_schemas(memory_mode: str, preset: str = "default") -> list[dict]:
     report_props: dict[str, Any] = {
         "center_freqs": {
             "type": "array",
-            "items": {"type": "number"},
+            "items": {"type": "number", "minimum": lo, "maximum": hi},  # the band: what actions.parse_report accepts
             "maxItems": p.max_regions,
             "description": f"Centre frequency in MHz of every occupied region ({lo:g}-{hi:g} MHz, at most "
             f"{p.max_regions}).",
         },
         "bandwidths": {
             "type": "array",
-            "items": {"type": "number"},
+            "items": {"type": "number", "exclusiveMinimum": 0, "maximum": hi - lo},
             "maxItems": p.max_regions,
             "description": "Optional: bandwidth in MHz of each region, same length as center_freqs."
             + (f" Ignored on this band: every region is {p.report_width:g} MHz wide." if p.report_width else ""),
