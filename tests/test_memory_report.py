@@ -107,3 +107,25 @@ def test_heldout_table_names_each_model(tmp_path):
     assert [(r["name"], r["score"], r["rows"]) for r in rows] == [
         ("sft", 0.14, 2), ("base:memoryless", 0.15, 2), ("base:accumulate", 0.53, 2)]
     assert rows[0]["scans_skipped_total"] == 1
+
+
+def test_group_signal_measures_what_the_advantages_rewarded():
+    """Within a group, reward = 0.1 + 0.5 * echo_copy among valid reports: the slope is 0.5 in every group;
+    one invalid report per group scores 0, and its part of the within-group sum of squares is computed."""
+    rollouts = []
+    for step in range(3):
+        for k, e in enumerate([0.0, 0.25, 0.5, 1.0]):
+            rollouts.append({"step": step, "row_id": "r", "reward": 0.1 + 0.5 * e, "echo_copy": e, "scans_skipped": 0})
+        rollouts.append({"step": step, "row_id": "r", "reward": 0.0, "echo_copy": None, "scans_skipped": 1})
+    g = M.group_signal(rollouts)
+    assert g["groups"] == 3 and g["echo_slope_groups"] == 3
+    assert g["echo_slope"] == pytest.approx(0.5) and g["echo_slope_se"] == pytest.approx(0.0, abs=1e-12)
+    rw = [0.1 + 0.5 * e for e in [0.0, 0.25, 0.5, 1.0]] + [0.0]
+    m = sum(rw) / 5
+    ss = sum((x - m) ** 2 for x in rw)
+    ss_format = 4 * (sum(rw[:4]) / 4 - m) ** 2 + (0.0 - m) ** 2
+    assert g["format_share"] == pytest.approx(ss_format / ss)
+    assert g["reward_sd"] == pytest.approx(math.sqrt(ss / 5))
+    # a group whose rewards are all equal carries no signal: no slope, share undefined
+    flat = M.group_signal([{"step": 0, "row_id": "r", "reward": 0.2, "echo_copy": 0.5, "scans_skipped": 0}] * 4)
+    assert flat["format_share"] is None and flat["echo_slope"] is None and flat["reward_sd"] == 0.0

@@ -22,6 +22,12 @@ the tool-call frequency.
   otherwise (d > 2 SE without a rising echo_copy in every real seed), and whenever fewer than 2 seeds ran
   in both arms.
 
+What GRPO's advantages rewarded, per run (:func:`group_signal`, from the groups of ``rollouts.jsonl``):
+the mean within-group reward sd (what the advantages are made of), the share of the within-group sum of
+squares that is valid vs invalid reports (the format confound of section 8), and the mean within-group
+least-squares slope of the reward on ``echo_copy`` among valid reports (positive: within a group, the
+completions that reproduce more of the echo score higher, so GRPO pushes towards copying it).
+
 Held-out evaluations (``--heldout NAME=SUMMARY.json``, from ``spectrum-rft eval --json``) are tabulated
 beside it.
 """
@@ -51,6 +57,34 @@ class TrlRun:
     curves: dict[str, list[float | None]]  # per step
     zero_std: list[float | None]
     call_freq: list[float | None]
+    group: dict  # group_signal(): what the within-group advantages rewarded
+
+
+def group_signal(rollouts: list[dict]) -> dict:
+    """Per GRPO group (one step's completions of one row): the reward sd, the valid-vs-invalid share of the
+    within-group sum of squares (pooled over groups), and the slope of reward on ``echo_copy`` among valid
+    reports (groups with >= 3 such completions and more than one echo_copy value); its standard error across
+    groups."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rollouts:
+        groups.setdefault((r["step"], r["row_id"]), []).append(r)
+    sds, slopes, ss, ss_valid = [], [], 0.0, 0.0
+    for g in groups.values():
+        rw = [float(x["reward"]) for x in g]
+        m = mean(rw) or 0.0
+        ss += sum((x - m) ** 2 for x in rw)
+        sds.append(math.sqrt(sum((x - m) ** 2 for x in rw) / len(rw)))
+        for part in ([x["reward"] for x in g if x.get("scans_skipped")], [x["reward"] for x in g if not x.get("scans_skipped")]):
+            if part:
+                ss_valid += len(part) * ((mean(part) or 0.0) - m) ** 2
+        pts = [(float(x["echo_copy"]), float(x["reward"])) for x in g
+               if not x.get("scans_skipped") and x.get("echo_copy") is not None]
+        if len(pts) >= 3 and len({e for e, _ in pts}) > 1:
+            me, mr = mean(e for e, _ in pts), mean(r for _, r in pts)
+            slopes.append(sum((e - me) * (r - mr) for e, r in pts) / sum((e - me) ** 2 for e, _ in pts))
+    return {"groups": len(groups), "reward_sd": mean(sds), "format_share": ss_valid / ss if ss > 0 else None,
+            "echo_slope": mean(slopes), "echo_slope_se": stdev(slopes) / math.sqrt(len(slopes)) if len(slopes) > 1 else None,
+            "echo_slope_groups": len(slopes)}
 
 
 def load_run(path: Path) -> TrlRun:
@@ -82,7 +116,7 @@ def load_run(path: Path) -> TrlRun:
     return TrlRun(path=path, arm=str(config.get("arm")), memory_mode=str(config.get("memory_mode")),
                   seed=int(config.get("seed", 0)), steps=steps, curves=curves,
                   zero_std=[logged.get(s, {}).get("frac_reward_zero_std") for s in steps],
-                  call_freq=[logged.get(s, {}).get("tools/call_frequency") for s in steps])
+                  call_freq=[logged.get(s, {}).get("tools/call_frequency") for s in steps], group=group_signal(rollouts))
 
 
 def change(run: TrlRun, metric: str) -> float | None:
@@ -191,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {"runs": [], "heldout": held}
     for r in sorted(runs, key=lambda r: (r.memory_mode, r.seed)):
         entry = {"run": str(r.path), "arm": r.arm, "seed": r.seed, "steps": len(r.steps),
-                 "zero_std_mean": mean(r.zero_std), "call_freq_mean": mean(r.call_freq)}
+                 "zero_std_mean": mean(r.zero_std), "call_freq_mean": mean(r.call_freq), "group_signal": r.group}
         for k in CURVES:
             first, last = thirds(r.curves[k])
             entry[k] = {"first_third": first, "last_third": last, "change": change(r, k)}
@@ -214,6 +248,12 @@ def main(argv: list[str] | None = None) -> int:
     for e in result["runs"]:
         print(f"  {e['arm']:<16} s{e['seed']:<3} {e['steps']:>3} steps  zero-variance {fmt(e['zero_std_mean'], 2)}"
               f"  calls {fmt(e['call_freq_mean'], 2)}")
+    print("\nwhat the advantages rewarded (within GRPO groups): reward sd, share of it that is valid vs invalid "
+          "reports, slope of reward on echo_copy (valid reports; +: copying the echo paid)")
+    for e in result["runs"]:
+        g = e["group_signal"]
+        print(f"  {e['arm']:<16} s{e['seed']:<3} sd {fmt(g['reward_sd'], 4)}  format share {fmt(g['format_share'])}  "
+              f"echo slope {fmt(g['echo_slope'], 4)} (se {fmt(g['echo_slope_se'], 4)}, {g['echo_slope_groups']} groups)")
     v = result["verdict"]
     print("\nverdict rule (pre-registered): per run delta = last third - first third of its steps; d = real mean "
           "delta gain_valid - control's, SE over paired seeds; LEARNED if d > 2 SE and real delta echo_copy > 0 in "
