@@ -21,6 +21,11 @@ def stdev(values: Iterable[float]) -> float:
     return math.sqrt(math.fsum((x - m) ** 2 for x in v) / (len(v) - 1))
 
 
+def standard_error(values: Sequence[float]) -> float | None:
+    """The standard error of the mean (:func:`stdev` / sqrt(n)); None for fewer than two values."""
+    return stdev(values) / math.sqrt(len(values)) if len(values) >= 2 else None
+
+
 def mean_or(values: Iterable[float | None], empty: float) -> float:
     """:func:`mean`, or ``empty`` when there is nothing to average (0.0 where no scans score 0, NaN where a
     table should print ``nan`` for an empty slice rather than fail)."""

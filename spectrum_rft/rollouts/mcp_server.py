@@ -43,7 +43,7 @@ from spectrum_rft.task.environment import EnvConfig, SpectrumEnv, ToolResult, en
 logger = logging.getLogger(__name__)
 
 
-class SpectrumAdapter(EnvironmentAdapter):
+class SpectrumMcpAdapter(EnvironmentAdapter):
     """McpGym's adapter hook. Only used for the base class's default env; rollouts use one env per MCP connection."""
 
     def create_environment(self, config: dict | None = None) -> SpectrumEnv:
@@ -91,7 +91,7 @@ class SpectrumMcp(McpGym):
         self.rollouts: weakref.WeakKeyDictionary[Any, SpectrumEnv] = weakref.WeakKeyDictionary()
         self.requests: dict[str, int] = {}  # "METHOD /path STATUS" -> count (see /control/stats)
         self.rollouts_created = 0
-        super().__init__("spectrum", SpectrumAdapter(), seed=None, **kwargs)
+        super().__init__("spectrum", SpectrumMcpAdapter(), seed=None, **kwargs)
         self.mcp.settings.host = host
         self.mcp.settings.port = port
         self.mcp.settings.log_level = "WARNING"

@@ -41,7 +41,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from spectrum_rft.common.stats import mean, stdev, thirds
+from spectrum_rft.common.stats import mean, standard_error, thirds
 
 CURVES = ("score", "late_score", "gain_vs_memoryless", "gain_valid", "echo_copy", "carry_rate", "valid")
 GAIN, ECHO = "gain_valid", "echo_copy"  # the verdict's two metrics
@@ -83,7 +83,7 @@ def group_signal(rollouts: list[dict]) -> dict:
             me, mr = mean(e for e, _ in pts), mean(r for _, r in pts)
             slopes.append(sum((e - me) * (r - mr) for e, r in pts) / sum((e - me) ** 2 for e, _ in pts))
     return {"groups": len(groups), "reward_sd": mean(sds), "format_share": ss_valid / ss if ss > 0 else None,
-            "echo_slope": mean(slopes), "echo_slope_se": stdev(slopes) / math.sqrt(len(slopes)) if len(slopes) > 1 else None,
+            "echo_slope": mean(slopes), "echo_slope_se": standard_error(slopes),
             "echo_slope_groups": len(slopes)}
 
 
@@ -138,7 +138,7 @@ def verdict(real: list[TrlRun], control: list[TrlRun]) -> dict:
                 "why": f"needs >= 2 seeds that ran in both arms (have {len(rows)})"}
     diffs = [x["real_delta_gain"] - x["control_delta_gain"] for x in rows]
     d = mean(diffs)
-    se = stdev(diffs) / math.sqrt(len(diffs))
+    se = standard_error(diffs)
     echo_up = all((x["real_delta_echo_copy"] or 0.0) > 0 for x in rows)
     out.update(d=d, se=se, threshold=2 * se, echo_copy_rises_in_every_real_seed=echo_up,
                real_mean_delta_gain=mean(x["real_delta_gain"] for x in rows),

@@ -7,11 +7,11 @@ import re
 from datetime import datetime
 from typing import Any, Sequence
 
-from spectrum_rft.common.stats import mean
+from spectrum_rft.common.stats import mean, standard_error
 
 from .checks import check_freshness, check_integrity
 from .load import Loaded, dedupe, split_by_model
-from .stats import linear_fit, standard_error
+from .stats import linear_fit
 from .validate import METRICS, OPTIONAL_METRICS, ReportError, Rollout
 
 

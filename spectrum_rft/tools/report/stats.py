@@ -1,9 +1,8 @@
-"""The report's statistics: least-squares fit with R^2, standard error (the mean: spectrum_rft.common.stats)."""
+"""The report's statistics: least-squares fit with R^2 (the mean and the standard error: spectrum_rft.common.stats)."""
 
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -41,7 +40,3 @@ def linear_fit(xs: Sequence[float], ys: Sequence[float]) -> Fit | None:
         sxy_s = math.fsum((x - mx) * ((y - my) / scale) for x, y in pts)
         r2 = min(1.0, max(0.0, (sxy_s * sxy_s) / (sxx * syy)))
     return Fit(slope, intercept, r2, n)
-
-
-def standard_error(vals: Sequence[float]) -> float | None:
-    return statistics.stdev(vals) / math.sqrt(len(vals)) if len(vals) >= 2 else None
