@@ -33,7 +33,7 @@ def main() -> None:
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     import torch
 
-    from spectrum_rft.training import card as C
+    from spectrum_rft.training.card import card as C
     from spectrum_rft.training.sc_grpo import loss_and_gradient, probe_trainer
 
     torch.set_num_threads(args.threads)

@@ -85,8 +85,8 @@ def step_clock():
 
 
 def run_variant(name: str, model: str, steps: int, out: Path) -> dict:
-    from spectrum_rft.training import trl_run
-    from spectrum_rft.training.trl_run import GrpoConfig
+    from spectrum_rft.training.spectrum import trl_run
+    from spectrum_rft.training.spectrum.trl_run import GrpoConfig
 
     v = VARIANTS[name]
     cfg = GrpoConfig(out=str(out / name), model=model, arm="weak-scaffold", steps=steps, seed=0, **v)

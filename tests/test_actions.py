@@ -42,7 +42,7 @@ def test_the_refusal_reads_as_the_envs():
 
 def test_serve_hf_reads_history_arguments_with_the_same_parser():
     """serve-hf hands the chat template objects: JSON decoded, blank as no arguments, junk kept visible."""
-    from spectrum_rft.training.serve import _messages
+    from spectrum_rft.training.spectrum.serve import _messages
 
     def call(args):
         return {"role": "assistant", "content": None,

@@ -19,8 +19,8 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from spectrum_rft.training import card as C
-from spectrum_rft.training import report as R
+from spectrum_rft.training.card import card as C
+from spectrum_rft.training.card import report as R
 from spectrum_rft.training.sc_grpo import loss_and_gradient
 from spectrum_rft.training.train_cli import train_command
 
@@ -266,7 +266,7 @@ def check_run_dir(run: Path, steps: int, eval_steps: list[int], n_eval: int) -> 
     config = json.loads((run / "config.json").read_text())
     assert config["steps"] == steps and config["arm"] and config["model_provenance"]["model"] == "smollm2"
     rev = json.loads((run / "code_revision.json").read_text())
-    assert set(rev["file_sha256"]) >= {"spectrum_rft/training/card.py", "spectrum_rft/training/sc_grpo.py",
+    assert set(rev["file_sha256"]) >= {"spectrum_rft/training/card/card.py", "spectrum_rft/training/sc_grpo.py",
                                        "spectrum_rft/training/loss.py"}
     metrics = [m for m in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "reward" in m]
     assert [m["step"] for m in metrics] == list(range(1, steps + 1))

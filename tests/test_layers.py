@@ -91,6 +91,44 @@ def test_imports_point_down():
     assert not bad, "upward or sideways imports:\n" + "\n".join(bad)
 
 
+TRAINING_PRODUCTS = ("spectrum_rft.training.spectrum", "spectrum_rft.training.card")
+TRAINING_DISPATCH = "spectrum_rft.training.train_cli"  # `spectrum-rft train` picks the product
+
+
+def _training_problems(modules: dict[str, Path]) -> list[str]:
+    """training/'s two products never import each other; the plumbing they share imports neither (but the
+    dispatcher of `spectrum-rft train`)."""
+    def product(name: str) -> str | None:
+        return next((p for p in TRAINING_PRODUCTS if name == p or name.startswith(p + ".")), None)
+
+    bad = []
+    for mod, path in modules.items():
+        if not mod.startswith("spectrum_rft.training") or mod == TRAINING_DISPATCH:
+            continue
+        src = product(mod)
+        for name, line in _imports(mod, path):
+            dst = product(name)
+            if dst and dst != src:
+                bad.append(f"{path.name}:{line}: {src or 'training (shared)'} imports {dst} ({name})")
+    return bad
+
+
+def test_training_products_are_siblings():
+    bad = _training_problems(MODULES)
+    assert not bad, "training/ imports across its products:\n" + "\n".join(bad)
+
+
+def test_the_training_check_sees_a_crossing(tmp_path):
+    bad_file = tmp_path / "x.py"
+    bad_file.write_text("from spectrum_rft.training.card import gsm8k\n")
+    shared = tmp_path / "y.py"
+    shared.write_text("from spectrum_rft.training.spectrum import trl_env\n")
+    found = "\n".join(_training_problems({"spectrum_rft.training.spectrum.x": bad_file,
+                                           "spectrum_rft.training.y": shared}))
+    assert "spectrum_rft.training.spectrum imports spectrum_rft.training.card" in found
+    assert "training (shared) imports spectrum_rft.training.spectrum" in found
+
+
 def test_no_import_cycles():
     g = _graph()
     state: dict[str, int] = {}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from spectrum_rft.training import memory_report as M
+from spectrum_rft.training.spectrum import memory_report as M
 
 
 def run_dir(path: Path, mode: str, seed: int, carry: list[float], gain: list[float],

@@ -1,4 +1,4 @@
-"""The GRPO sampler of scan episodes (spectrum_rft.training.sampler): the tool-call grammar comes from the
+"""The GRPO sampler of scan episodes (spectrum_rft.training.spectrum.sampler): the tool-call grammar comes from the
 env's own tool_schemas(), constrained completions always parse as a report the env accepts, one prefill
 per group gives the same completions as separate prompts, and a constrained GRPO step runs inside TRL's
 real GRPOTrainer with every completion a valid report in rollouts.jsonl."""
@@ -14,7 +14,7 @@ pytest.importorskip("trl")
 pytest.importorskip("xgrammar")
 
 from spectrum_rft.task.environment import tool_schemas  # noqa: E402
-from spectrum_rft.training import sampler as S  # noqa: E402
+from spectrum_rft.training.spectrum import sampler as S  # noqa: E402
 
 
 def test_call_schema_is_the_envs_tool_schema():
@@ -82,8 +82,8 @@ def test_grammar_accepts_the_templates_call_and_refuses_malformed_ones(smollm):
 def test_constrained_samples_are_reports_the_env_accepts(smollm):
     from trl.chat_template_utils import parse_response
 
-    from spectrum_rft.training.trl_data import grpo_rows, scan_sampler, tool_schemas_of
-    from spectrum_rft.training.trl_env import judge, tool_env_class
+    from spectrum_rft.training.spectrum.trl_data import grpo_rows, scan_sampler, tool_schemas_of
+    from spectrum_rft.training.spectrum.trl_env import judge, tool_env_class
 
     tok, model = smollm
     row = grpo_rows(1, prompt="weak", memory_mode="scaffold", salt="test-sampler", scan_in_prompt=True)[0]
@@ -114,8 +114,8 @@ def test_constrained_samples_are_reports_the_env_accepts(smollm):
 def test_group_prefill_equals_separate_prompts_greedy(smollm):
     """The shared KV cache is only an optimisation: greedy completions of a group equal the same prompt
     decoded on its own, without a shared prefill."""
-    from spectrum_rft.training.trl_data import grpo_rows, tool_schemas_of
-    from spectrum_rft.training.trl_env import tool_env_class
+    from spectrum_rft.training.spectrum.trl_data import grpo_rows, tool_schemas_of
+    from spectrum_rft.training.spectrum.trl_env import tool_env_class
 
     tok, model = smollm
     row = grpo_rows(1, prompt="weak", memory_mode="scaffold", salt="test-sampler-2", scan_in_prompt=True)[0]
@@ -129,8 +129,8 @@ def test_group_prefill_equals_separate_prompts_greedy(smollm):
 
 def test_scan_prompt_is_the_env_paths_text():
     """The group sampler's prompt holds the scan text TRL's env path would append (same band, same scan)."""
-    from spectrum_rft.training.trl_data import grpo_rows
-    from spectrum_rft.training.trl_env import tool_env_class
+    from spectrum_rft.training.spectrum.trl_data import grpo_rows
+    from spectrum_rft.training.spectrum.trl_env import tool_env_class
 
     plain = grpo_rows(3, prompt="weak", memory_mode="scrambled", salt="s")
     inline = grpo_rows(3, prompt="weak", memory_mode="scrambled", salt="s", scan_in_prompt=True)
@@ -141,8 +141,8 @@ def test_scan_prompt_is_the_env_paths_text():
 
 
 def test_judge_scores_text_only_and_junk_as_skipped():
-    from spectrum_rft.training.trl_data import grpo_rows
-    from spectrum_rft.training.trl_env import judge, message_calls
+    from spectrum_rft.training.spectrum.trl_data import grpo_rows
+    from spectrum_rft.training.spectrum.trl_env import judge, message_calls
 
     assert message_calls({"tool_calls": [{"function": {"name": "a", "arguments": {"x": 1}}}, "junk",
                                          {"name": "b", "arguments": "{}"}]}) == [
@@ -163,7 +163,7 @@ def test_judge_scores_text_only_and_junk_as_skipped():
 
 
 def test_config_refuses_combinations_that_cannot_work():
-    from spectrum_rft.training.trl_run import GrpoConfig
+    from spectrum_rft.training.spectrum.trl_run import GrpoConfig
 
     with pytest.raises(ValueError, match="--constrained needs"):
         GrpoConfig(constrained=True).check()
@@ -187,7 +187,7 @@ def test_constrained_grpo_step_in_the_real_trainer(tmp_path, shared_prefix):
     submit_report call the env scored, its text and parsed report are in rollouts.jsonl, and the run's
     config records the sampler. With the learner's shared prefix the step runs the prompt once per
     micro-batch (logged ``learner_tokens`` below TRL's ``num_tokens``) and the LoRA weights move."""
-    from spectrum_rft.training.trl_run import GrpoConfig, run_train
+    from spectrum_rft.training.spectrum.trl_run import GrpoConfig, run_train
 
     out = tmp_path / "run"
     cfg = GrpoConfig(out=str(out), arm="weak-scaffold", steps=1, prompts=1, group=4, micro_batch=2,

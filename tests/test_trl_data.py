@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spectrum_rft.task.scan_format import parse_scan
-from spectrum_rft.training.trl_data import episode_for, grpo_rows, scan_of_row, sft_conversation, tool_schemas_of
-from spectrum_rft.training.trl_env import SpectrumToolEnv, memoryless_report, spectrum_reward
+from spectrum_rft.training.spectrum.trl_data import episode_for, grpo_rows, scan_of_row, sft_conversation, tool_schemas_of
+from spectrum_rft.training.spectrum.trl_env import SpectrumToolEnv, memoryless_report, spectrum_reward
 
 
 def _rows(n, mode="scaffold", salt="t"):

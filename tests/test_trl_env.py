@@ -1,4 +1,4 @@
-"""The TRL environment adapter (spectrum_rft/training/trl_env.py): its tools are the env's tools, and a
+"""The TRL environment adapter (spectrum_rft/training/spectrum/trl_env.py): its tools are the env's tools, and a
 policy driven through it scores exactly what the evaluator scores.
 
 "Same schema" (what TRL shows the model, ``get_json_schema(method)``, against the env's ``tool_schemas``):
@@ -25,7 +25,7 @@ from spectrum_rft.task.environment import (
     tool_schemas,
 )
 from spectrum_rft.task.scan_format import parse_scan
-from spectrum_rft.training.trl_env import (
+from spectrum_rft.training.spectrum.trl_env import (
     TOOL_ENV_CLASSES,
     SpectrumIclNotepadToolEnv,
     SpectrumNotepadToolEnv,

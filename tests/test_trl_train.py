@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from spectrum_rft.training import trl_run as R
+from spectrum_rft.training.spectrum import trl_run as R
 from spectrum_rft.training.train_cli import train_command
 from spectrum_rft.training.trl_common import load_config
 
@@ -144,9 +144,9 @@ def test_serve_hf_answers_with_parsed_tool_calls(sft_run):
     import urllib.error
     import urllib.request
 
-    from spectrum_rft.training.serve import HfChatModel, make_server
-    from spectrum_rft.training.trl_data import grpo_rows, tool_schemas_of
-    from spectrum_rft.training.trl_env import SpectrumToolEnv
+    from spectrum_rft.training.spectrum.serve import HfChatModel, make_server
+    from spectrum_rft.training.spectrum.trl_data import grpo_rows, tool_schemas_of
+    from spectrum_rft.training.spectrum.trl_env import SpectrumToolEnv
 
     server = make_server(HfChatModel(sft_run / "model", threads=1), "spectrum-hf")
     threading.Thread(target=server.serve_forever, daemon=True).start()

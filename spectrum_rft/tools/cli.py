@@ -15,12 +15,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench90": ("spectrum_rft.tools.bench90:main", "evaluate a model on the CLBench-style 90-scan schedule"),
     "launch": ("spectrum_rft.tools.launch:main", "launch a Fireworks RFT job (dataset, evaluator, job)"),
     "report": ("spectrum_rft.tools.report:main", "per-epoch analysis of evaluated rows"),
-    "sft": ("spectrum_rft.training.trl_run:sft_main", "TRL SFT warm start on memoryless trajectories"),
+    "sft": ("spectrum_rft.training.spectrum.trl_run:sft_main", "TRL SFT warm start on memoryless trajectories"),
     "train": ("spectrum_rft.training.train_cli:train_command", "GRPO on TRL: the spectrum task; --preset card: GSM8K score centring"),
-    "scan-eval": ("spectrum_rft.training.scan_eval:main", "a checkpoint on scan episodes: valid-report rate, gain, echo_copy"),
-    "memory-report": ("spectrum_rft.training.memory_report:main", "TRL runs: did GRPO teach memory? (real echo vs control)"),
-    "serve-hf": ("spectrum_rft.training.serve:main", "serve a Hugging Face checkpoint OpenAI-compatibly"),
-    "train-report": ("spectrum_rft.training.report:main", "compare training runs: peak/final accuracy, verdict"),
+    "scan-eval": ("spectrum_rft.training.spectrum.scan_eval:main", "a checkpoint on scan episodes: valid-report rate, gain, echo_copy"),
+    "memory-report": ("spectrum_rft.training.spectrum.memory_report:main", "TRL runs: did GRPO teach memory? (real echo vs control)"),
+    "serve-hf": ("spectrum_rft.training.spectrum.serve:main", "serve a Hugging Face checkpoint OpenAI-compatibly"),
+    "train-report": ("spectrum_rft.training.card.report:main", "compare training runs: peak/final accuracy, verdict"),
 }
 
 

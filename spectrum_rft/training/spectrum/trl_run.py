@@ -1,11 +1,11 @@
 """``spectrum-rft sft`` and ``spectrum-rft train --task spectrum``: the spectrum task trained with TRL.
 
-* ``sft``: a warm start. :func:`spectrum_rft.training.trl_data.sft_conversation` plays rows with the
+* ``sft``: a warm start. :func:`spectrum_rft.training.spectrum.trl_data.sft_conversation` plays rows with the
   memoryless policy through the TRL adapter, and TRL's ``SFTTrainer`` (LoRA, loss on the assistant turns
   only) learns them: the task and the tool-call format, no memory. The merged model is saved to
   ``OUT/model`` (with the tool chat template), ready for ``train --model OUT/model``.
 * ``train``: TRL's ``GRPOTrainer(environment_factory=tool_env_class(mode))`` with LoRA; the reward is the
-  env's own score (:func:`spectrum_rft.training.trl_env.spectrum_reward`).
+  env's own score (:func:`spectrum_rft.training.spectrum.trl_env.spectrum_reward`).
 
 Both take a TOML config file (``--config FILE``: keys are the flags' names with ``_``) and flags, flags
 winning. CPU by default (a smoke run); on GPUs the same command runs under ``accelerate launch`` (see
@@ -30,9 +30,9 @@ from spectrum_rft.training.provenance import append_jsonl, code_revision, write_
 from spectrum_rft.training.trl_common import (GrpoRunConfig, RunConfig, grpo_args, load_model, load_tokenizer,
                                               log_callback, lora_config, parse_or_say, portable_path, save_model,
                                               start_process, start_record)
-from spectrum_rft.training.sampler import tool_call_grammar
-from spectrum_rft.training.trl_data import episode_for, grpo_rows, scan_sampler, sft_conversation
-from spectrum_rft.training.trl_env import judge, message_calls, spectrum_reward, tool_env_class
+from spectrum_rft.training.spectrum.sampler import tool_call_grammar
+from spectrum_rft.training.spectrum.trl_data import episode_for, grpo_rows, scan_sampler, sft_conversation
+from spectrum_rft.training.spectrum.trl_env import judge, message_calls, spectrum_reward, tool_env_class
 
 
 @dataclass
@@ -91,7 +91,7 @@ COMPLETION_CHARS = 2000  # a completion's text kept in rollouts.jsonl (bounded: 
 class GrpoConfig(Common, GrpoRunConfig):
     max_completion_length: int = 160  # tokens, tool results included (TRL's budget)
     beta: float = 0.0  # KL coefficient (TRL's default: none)
-    sampler: str = "trl"  # trl: TRL's generation + the TRL environment (retries within the call budget); group: one prefill per group, one model turn per scan episode (spectrum_rft.training.sampler)
+    sampler: str = "trl"  # trl: TRL's generation + the TRL environment (retries within the call budget); group: one prefill per group, one model turn per scan episode (spectrum_rft.training.spectrum.sampler)
     constrained: bool = False  # tool calls sampled under the grammar of the env's tool_schemas() (always well formed)
     shared_prefix: bool = False  # learner: each group's prompt run once, its KV cache shared by the G completions (sc_grpo.completion_logits); loss pg = TRL's dapo on-policy
 
@@ -183,7 +183,7 @@ def run_sft(cfg: SftConfig) -> dict:
                "steps": trainer.state.global_step,
                "final_loss": next((h["loss"] for h in reversed(trainer.state.log_history) if "loss" in h), None)}
     if cfg.eval_scans and trainer.accelerator.is_main_process:
-        from spectrum_rft.training.scan_eval import evaluate  # noqa: PLC0415
+        from spectrum_rft.training.spectrum.scan_eval import evaluate  # noqa: PLC0415
 
         summary["scan_eval"] = []
         for t in (1.0, 0.7):

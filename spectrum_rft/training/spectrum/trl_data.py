@@ -20,7 +20,7 @@ from typing import Any
 from spectrum_rft.rollouts.dataset import make_rows
 from spectrum_rft.task.environment import get_preset
 from spectrum_rft.task.seeding import seed_for_row
-from spectrum_rft.training.trl_env import SCAN_EPISODE_MODES, memoryless_report, scan_prompt, tool_env_class, tool_names
+from spectrum_rft.training.spectrum.trl_env import SCAN_EPISODE_MODES, memoryless_report, scan_prompt, tool_env_class, tool_names
 
 EPISODES = ("scan", "full")
 FINAL_REPLY = "Done."  # what the SFT data answers after the rollout's last tool result
@@ -75,10 +75,10 @@ def tool_schemas_of(env: Any) -> list[dict]:
 
 def scan_sampler(tokenizer: Any, memory_mode: str, *, preset: str = "default", constrained: bool = False,
                  max_new_tokens: int = 160, vocab_size: int | None = None) -> Any:
-    """The :class:`~spectrum_rft.training.sampler.GroupSampler` of a memory mode: the prompt renders the
+    """The :class:`~spectrum_rft.training.spectrum.sampler.GroupSampler` of a memory mode: the prompt renders the
     tools as TRL does (as in SFT and on the env path), the grammar follows the env's ``tool_schemas()``."""
     from spectrum_rft.task.environment import tool_schemas  # noqa: PLC0415
-    from spectrum_rft.training.sampler import GroupSampler  # noqa: PLC0415
+    from spectrum_rft.training.spectrum.sampler import GroupSampler  # noqa: PLC0415
 
     return GroupSampler(tokenizer, tools=tool_schemas_of(tool_env_class(memory_mode)()),
                         grammar_tools=tool_schemas(memory_mode, preset), constrained=constrained,

@@ -2,9 +2,9 @@
 
 One completion per scan episode (a fresh band per row, the scan drawn per row as in training; rows from
 ``--salt``, so every checkpoint evaluated with the same flags sees the same scans: paired), at one or more
-temperatures (0: greedy), sampled with :class:`~spectrum_rft.training.sampler.GroupSampler`, free or
+temperatures (0: greedy), sampled with :class:`~spectrum_rft.training.spectrum.sampler.GroupSampler`, free or
 grammar-constrained (``--constrained``). Each completion is parsed as TRL parses it and judged by a fresh
-env of its row (:func:`~spectrum_rft.training.trl_env.judge`): the score, whether the env accepted the
+env of its row (:func:`~spectrum_rft.training.spectrum.trl_env.judge`): the score, whether the env accepted the
 report (``valid``: the scan was scored, not skipped), the gain over the memoryless policy on the same scan
 and ``echo_copy``.
 
@@ -36,8 +36,8 @@ def evaluate(model_dir: str | Path, *, arm: str = "weak-scaffold", scans: int = 
     from trl.chat_template_utils import parse_response  # noqa: PLC0415
 
     from spectrum_rft.training.trl_common import load_model, load_tokenizer  # noqa: PLC0415
-    from spectrum_rft.training.trl_data import grpo_rows, scan_sampler  # noqa: PLC0415
-    from spectrum_rft.training.trl_env import judge  # noqa: PLC0415
+    from spectrum_rft.training.spectrum.trl_data import grpo_rows, scan_sampler  # noqa: PLC0415
+    from spectrum_rft.training.spectrum.trl_env import judge  # noqa: PLC0415
 
     if threads:
         torch.set_num_threads(threads)
