@@ -13,7 +13,6 @@ of the logits our loss materialises is printed too (batch x completion x vocabul
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 import time
@@ -30,7 +29,6 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     import torch
 
     from spectrum_rft.training.card import card as C

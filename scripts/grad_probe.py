@@ -15,7 +15,6 @@ bfloat16 sampler they differ.
 from __future__ import annotations
 
 import argparse
-import os
 import tempfile
 from pathlib import Path
 
@@ -33,7 +32,6 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--data", default=str(ROOT / "tests" / "fixtures" / "gsm8k"))
     args = ap.parse_args()
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     from spectrum_rft.training.card import card as C
