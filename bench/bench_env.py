@@ -20,7 +20,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from spectrum_rft.baselines.audit import run_episode  # noqa: E402
-from spectrum_rft.task.environment import EnvConfig, SpectrumEnv, seed_for_row  # noqa: E402
+from spectrum_rft.task.config import EnvConfig  # noqa: E402
+from spectrum_rft.task.environment import SpectrumEnv  # noqa: E402
+from spectrum_rft.task.seeding import seed_for_row  # noqa: E402
 
 
 def _env_alone(env: SpectrumEnv, seeds: list[int], report: dict) -> tuple[float, float]:

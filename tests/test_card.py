@@ -1,4 +1,4 @@
-"""The GSM8K score-centring card on TRL (``spectrum-rft train --preset card``).
+"""The GSM8K score-centring card on TRL (``spectrum-rft train --task gsm8k``).
 
 * ``ScoreCentringGRPOTrainer.compute_loss`` on a tiny random model (fast): the loss TRL optimises is the
   card's token mean of :mod:`spectrum_rft.training.loss` over the completion tokens, an injected sampler

@@ -13,7 +13,10 @@ from typing import Sequence
 from spectrum_rft.baselines.policies import make_policy, oracle_report
 from spectrum_rft.common.stats import mean, mean_or
 from spectrum_rft.task.scan_format import parse_scan
-from spectrum_rft.task.environment import EnvConfig, SpectrumEnv, get_preset, seed_for_row
+from spectrum_rft.task.config import EnvConfig
+from spectrum_rft.task.environment import SpectrumEnv
+from spectrum_rft.task.presets import get_preset
+from spectrum_rft.task.seeding import seed_for_row
 
 
 def run_episode(env: SpectrumEnv, policy_name: str, seed: int, history: bool = True) -> dict:

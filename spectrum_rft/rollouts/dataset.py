@@ -23,7 +23,9 @@ import sys
 from pathlib import Path
 from typing import Iterable
 
-from spectrum_rft.task.environment import MEMORY_MODES, PRESETS, PROMPT_VARIANTS, EnvConfig, get_preset, row_seed
+from spectrum_rft.task.config import MEMORY_MODES, PROMPT_VARIANTS, EnvConfig
+from spectrum_rft.task.presets import PRESETS, get_preset
+from spectrum_rft.task.rows import row_seed
 
 USER_PROMPT_TEMPLATE = "{observation}"
 FIRST_USER_MESSAGE = "Begin monitoring. The first scan follows."
@@ -54,7 +56,7 @@ def make_rows(n: int, *, prompt: str = "explicit", memory_mode: str | None = Non
     check_row_preset(preset)
     cfg = EnvConfig(preset=preset, memory_mode=memory_mode or default_memory_mode(prompt), reward=reward,
                     prompt=prompt, think=think, salt=salt)
-    from spectrum_rft.task.environment import render_system_prompt  # noqa: PLC0415
+    from spectrum_rft.task.instructions import render_system_prompt  # noqa: PLC0415
 
     system = render_system_prompt(cfg)
     rows = []

@@ -38,7 +38,9 @@ from eval_protocol.mcp.adapter import EnvironmentAdapter
 
 from spectrum_rft.rollouts.mcp_protocol import (CLIENT_INFO_KEY, ENV_TOOLS, EPISODE_URI, EVENT_TOOL, EVENTS,
                                                 FAULTS_KEY, META_KEY, RAW_TOOL, TURN_KEY)
-from spectrum_rft.task.environment import EnvConfig, SpectrumEnv, ToolResult, env_for_row, tool_schemas
+from spectrum_rft.task.config import EnvConfig
+from spectrum_rft.task.environment import SpectrumEnv, ToolResult, env_for_row
+from spectrum_rft.task.instructions import tool_schemas
 
 logger = logging.getLogger(__name__)
 

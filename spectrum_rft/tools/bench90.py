@@ -23,7 +23,8 @@ from typing import Any, Sequence
 from spectrum_rft.common.stats import mean_or
 from spectrum_rft.rollouts.scripted import SCRIPTED_MODEL_PREFIX
 from spectrum_rft.task.bench90 import BENCH90, N_RUNS, SCANS_PER_STAGE, STAGES, check_run
-from spectrum_rft.task.environment import EnvConfig, SpectrumEnv
+from spectrum_rft.task.config import EnvConfig
+from spectrum_rft.task.environment import SpectrumEnv
 
 # --------------------------------------------------------------------------------------------------
 # Systems and runners

@@ -16,7 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "launch": ("spectrum_rft.tools.launch:main", "launch a Fireworks RFT job (dataset, evaluator, job)"),
     "report": ("spectrum_rft.tools.report:main", "per-epoch analysis of evaluated rows"),
     "sft": ("spectrum_rft.training.spectrum.trl_run:sft_main", "TRL SFT warm start on memoryless trajectories"),
-    "train": ("spectrum_rft.training.train_cli:train_command", "GRPO on TRL: the spectrum task; --preset card: GSM8K score centring"),
+    "train": ("spectrum_rft.training.train_cli:train_command", "GRPO on TRL: the spectrum task; --task gsm8k: the GSM8K score-centring card"),
     "scan-eval": ("spectrum_rft.training.spectrum.scan_eval:main", "a checkpoint on scan episodes: valid-report rate, gain, echo_copy"),
     "memory-report": ("spectrum_rft.training.spectrum.memory_report:main", "TRL runs: did GRPO teach memory? (real echo vs control)"),
     "serve-hf": ("spectrum_rft.training.spectrum.serve:main", "serve a Hugging Face checkpoint OpenAI-compatibly"),

@@ -1,5 +1,5 @@
 """The options of the score-centring trainer and why a combination cannot run: checked by
-``ScoreCentringGRPOTrainer`` and by ``spectrum-rft train --preset card`` before any model is loaded
+``ScoreCentringGRPOTrainer`` and by ``spectrum-rft train --task gsm8k`` before any model is loaded
 (this module needs neither TRL nor a model)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""``spectrum-rft train``: the spectrum task on TRL (:mod:`.trl_run`), or with ``--task gsm8k`` the GSM8K
-score-centring card on TRL (:mod:`.card`). ``--preset card`` (the card's own settings) is accepted for
+"""``spectrum-rft train``: the spectrum task on TRL (:mod:`.spectrum.trl_run`), or with ``--task gsm8k`` the GSM8K
+score-centring card on TRL (:mod:`.card.card`). ``--preset card`` (the card's own settings) is accepted for
 ``--task gsm8k`` too, as earlier versions named it; ``--preset`` otherwise names the env's band preset."""
 
 from __future__ import annotations

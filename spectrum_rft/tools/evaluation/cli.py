@@ -63,7 +63,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     from spectrum_rft.rollouts.dataset import ROW_PRESETS  # noqa: PLC0415
-    from spectrum_rft.task.environment import MEMORY_MODES, PROMPT_VARIANTS  # noqa: PLC0415
+    from spectrum_rft.task.config import MEMORY_MODES, PROMPT_VARIANTS  # noqa: PLC0415
 
     ap = _Parser(
         prog="spectrum-rft eval",
@@ -176,7 +176,7 @@ def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset:
     ``cut_off`` (the models with unfinished rows) and, per model, ``rows_unfinished`` and
     ``unfinished_row_ids``. A local model server started here is watched too (it exiting aborts the run)."""
     from spectrum_rft.rollouts.dataset import check_row_preset, default_memory_mode  # noqa: PLC0415
-    from spectrum_rft.task.environment import EnvConfig  # noqa: PLC0415
+    from spectrum_rft.task.config import EnvConfig  # noqa: PLC0415
 
     memory_mode = memory_mode or default_memory_mode(prompt)
     check_row_preset(preset)

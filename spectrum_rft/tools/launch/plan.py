@@ -159,7 +159,7 @@ def job_kwargs(o: LaunchOptions, arm: Arm, tag: str, stem: str, train_epochs: in
 def build_plan(o: LaunchOptions, env: Mapping[str, str] | None = None) -> Plan:
     """Validate the options and decide every id, row and request body (``env``: default os.environ)."""
     from spectrum_rft.rollouts import dataset as msd  # noqa: PLC0415
-    from spectrum_rft.task.environment import MEMORY_MODES  # noqa: PLC0415
+    from spectrum_rft.task.config import MEMORY_MODES  # noqa: PLC0415
 
     env = dict(os.environ if env is None else env)
     if o.arm not in ARMS:

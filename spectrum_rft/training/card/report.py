@@ -1,4 +1,4 @@
-"""``spectrum-rft train-report RUN_DIR...``: compare GSM8K card runs of ``spectrum-rft train --preset card``.
+"""``spectrum-rft train-report RUN_DIR...``: compare GSM8K card runs of ``spectrum-rft train --task gsm8k``.
 
 Per arm and seed: peak, final and peak-minus-final accuracy (in points: score x 100), then the mean over
 seeds per arm; the experiment card's verdict for each baseline/treatment pair (treatment = the baseline

@@ -18,7 +18,7 @@ import json
 from typing import Any
 
 from spectrum_rft.rollouts.dataset import make_rows
-from spectrum_rft.task.environment import get_preset
+from spectrum_rft.task.presets import get_preset
 from spectrum_rft.task.seeding import seed_for_row
 from spectrum_rft.training.spectrum.trl_env import SCAN_EPISODE_MODES, memoryless_report, scan_prompt, tool_env_class, tool_names
 
@@ -77,7 +77,7 @@ def scan_sampler(tokenizer: Any, memory_mode: str, *, preset: str = "default", c
                  max_new_tokens: int = 160, vocab_size: int | None = None) -> Any:
     """The :class:`~spectrum_rft.training.spectrum.sampler.GroupSampler` of a memory mode: the prompt renders the
     tools as TRL does (as in SFT and on the env path), the grammar follows the env's ``tool_schemas()``."""
-    from spectrum_rft.task.environment import tool_schemas  # noqa: PLC0415
+    from spectrum_rft.task.instructions import tool_schemas  # noqa: PLC0415
     from spectrum_rft.training.spectrum.sampler import GroupSampler  # noqa: PLC0415
 
     return GroupSampler(tokenizer, tools=tool_schemas_of(tool_env_class(memory_mode)()),

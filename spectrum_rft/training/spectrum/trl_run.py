@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from spectrum_rft.task.arms import ARMS
-from spectrum_rft.task.environment import EnvConfig, get_preset, tool_schemas
+from spectrum_rft.task.config import EnvConfig
+from spectrum_rft.task.instructions import tool_schemas
+from spectrum_rft.task.presets import get_preset
 from spectrum_rft.training.provenance import append_jsonl, code_revision, write_json
 from spectrum_rft.training.trl_common import (GrpoRunConfig, RunConfig, grpo_args, load_model, load_tokenizer,
                                               log_callback, lora_config, parse_or_say, portable_path, save_model,
@@ -305,7 +307,7 @@ def run_train(cfg: GrpoConfig, callbacks: list | None = None) -> dict:
 def train_main(argv: list[str] | None = None) -> int:
     cfg = parse_or_say(GrpoConfig, argv, "spectrum-rft train",
                        "GRPO on the spectrum task with TRL's GRPOTrainer (the env's score is the reward). "
-                       "The GSM8K score-centring card: spectrum-rft train --preset card --help.")
+                       "The GSM8K score-centring card: spectrum-rft train --task gsm8k --help.")
     if cfg is None:
         return 2
     s = run_train(cfg)
