@@ -91,6 +91,9 @@ if has heldout; then
     nice -n 5 python -m spectrum_rft scan-eval --model "$model" --scans "$HELDOUT_SCANS" --temperature 0 --constrained --threads 2 \
       --out "$OUT/scan-eval/heldout-$name.json" | tee "$OUT/scan-eval/heldout-$name.txt"
   done
+  # each checkpoint against the warm start, scan by scan (mean difference +- SE)
+  srft scan-eval --compare "$OUT/scan-eval/heldout-sft.json" "$OUT"/scan-eval/heldout-weak-*.json \
+    | tee "$OUT/scan-eval/heldout-compare.txt"
   srft eval --model memoryless --model accumulate --model oracle --prompt weak --memory-mode scaffold \
     --rows "$HELDOUT_ROWS" --salt heldout --no-progress --json --out "$OUT/heldout/baselines" > "$OUT/heldout-baselines.json"
   for model in "$SFT_MODEL" "$OUT"/grpo/weak-scaffold-s0/model "$OUT"/grpo/weak-scrambled-s0/model; do

@@ -10,7 +10,8 @@ and ``echo_copy``.
 
 It answers two questions of the evidence run (RESULTS_memory.md section 9): how often does the warm start
 write a valid ``submit_report`` call unconstrained (the format confound of the last round), and did a
-GRPO checkpoint gain over the warm start on held-out scans (greedy, paired).
+GRPO checkpoint gain over the warm start on held-out scans (greedy, paired: ``--compare BASE.json
+OTHER.json...`` prints each checkpoint's mean per-scan difference from the base's, with its standard error).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from spectrum_rft.common.stats import mean
+from spectrum_rft.common.stats import mean, standard_error
 from spectrum_rft.task.arms import ARMS
 
 SUMMARY_KEYS = ("valid", "score", "gain_vs_memoryless", "gain_valid", "echo_copy")
@@ -69,9 +70,57 @@ def evaluate(model_dir: str | Path, *, arm: str = "weak-scaffold", scans: int = 
             "seconds": round(time.time() - t0, 1), **summary, "records": records}
 
 
+PAIRED_KEYS = ("score", "gain_vs_memoryless", "echo_copy")
+
+
+class Unpaired(ValueError):
+    """Two scan-eval results that were not made on the same scans."""
+
+
+def paired_difference(base: dict, other: dict) -> dict:
+    """``other`` minus ``base``, scan by scan (one result of :func:`evaluate` each, the same rows): for each of
+    :data:`PAIRED_KEYS`, the mean difference, its standard error across scans and the number of scans it
+    averages (``echo_copy`` only where both reports were valid and an echo was shown)."""
+    a = {(r["row_id"], r["scan"]): r for r in base["records"]}
+    b = {(r["row_id"], r["scan"]): r for r in other["records"]}
+    if set(a) != set(b) or base.get("arm") != other.get("arm"):
+        raise Unpaired(f"not the same scans: {len(set(a) ^ set(b))} unmatched of {len(set(a) | set(b))} "
+                       f"(arms {base.get('arm')} / {other.get('arm')}); run both with the same --arm, --scans, --salt")
+    out = {}
+    for k in PAIRED_KEYS:
+        diffs = [b[s][k] - a[s][k] for s in sorted(a) if a[s][k] is not None and b[s][k] is not None]
+        out[k] = {"mean": mean(diffs), "se": standard_error(diffs), "n": len(diffs)}
+    return out
+
+
+def _load_result(path: str) -> dict:
+    results = json.loads(Path(path).read_text())["results"]
+    if len(results) != 1:
+        raise Unpaired(f"{path} holds {len(results)} results (one temperature each); compare files of one")
+    return results[0]
+
+
+def compare_main(paths: list[str]) -> int:
+    """``--compare BASE OTHER...``: each OTHER's paired difference from BASE, one line each."""
+    try:
+        base = _load_result(paths[0])
+        rows = [(p, paired_difference(base, _load_result(p))) for p in paths[1:]]
+    except (OSError, KeyError, json.JSONDecodeError, Unpaired) as e:
+        print(f"spectrum-rft scan-eval --compare: {e}", file=sys.stderr)
+        return 2
+    print(f"paired differences from {paths[0]} ({base['scans']} scans, arm {base['arm']}; mean +- SE, scans):")
+    for p, d in rows:
+        cells = "  ".join(f"{k} {'n/a' if v['mean'] is None else format(v['mean'], '+.3f')} +- "
+                          f"{'n/a' if v['se'] is None else format(v['se'], '.3f')} ({v['n']})" for k, v in d.items())
+        print(f"  {p}: {cells}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="spectrum-rft scan-eval", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", required=True, help="a checkpoint directory (spectrum-rft sft/train OUT/model)")
+    ap.add_argument("--model", help="a checkpoint directory (spectrum-rft sft/train OUT/model)")
+    ap.add_argument("--compare", nargs="+", metavar="JSON", help="instead of evaluating: BASE OTHER... (--out files "
+                    "of earlier runs on the same scans); each OTHER's paired difference from BASE")
     ap.add_argument("--arm", default="weak-scaffold", choices=sorted(ARMS))
     ap.add_argument("--scans", type=int, default=200)
     ap.add_argument("--temperature", type=float, action="append", help="repeatable; 0: greedy (default 1.0)")
@@ -82,6 +131,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--out", default=None, help="write the records and summary (JSON) here")
     a = ap.parse_args(argv)
+    if a.compare:
+        if len(a.compare) < 2:
+            ap.error("--compare needs a BASE and at least one OTHER")
+        return compare_main(a.compare)
+    if not a.model:
+        ap.error("--model (or --compare) is required")
     if a.scans < 1 or a.batch < 1:
         print("spectrum-rft scan-eval: --scans and --batch must be >= 1", file=sys.stderr)
         return 2
