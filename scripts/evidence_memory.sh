@@ -104,9 +104,11 @@ if has heldout; then
     srft serve-hf --model "$model" --port "$port" --threads 2 > "$OUT/serve-$name.log" 2>&1 &
     server=$!
     for _ in $(seq 120); do curl -sf "http://127.0.0.1:$port/v1/models" > /dev/null && break; sleep 1; done
+    # a CPU server beside other jobs can take minutes per turn: a long request timeout, so that a slow
+    # machine is not scored as a model that timed out
     srft eval --model openai/spectrum-hf --api-base "http://127.0.0.1:$port/v1" --prompt weak \
       --memory-mode scaffold --rows "$HELDOUT_ROWS" --salt heldout --concurrency 1 --param temperature=0 \
-      --no-progress --json --out "$OUT/heldout/$name" > "$OUT/heldout-$name.json" || true
+      --param timeout=900 --timeout 7200 --no-progress --json --out "$OUT/heldout/$name" > "$OUT/heldout-$name.json" || true
     kill "$server"; wait "$server" 2>/dev/null || true
   done
 fi
