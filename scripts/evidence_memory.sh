@@ -99,7 +99,7 @@ if has heldout; then
   for model in "$SFT_MODEL" "$OUT"/grpo/weak-scaffold-s0/model "$OUT"/grpo/weak-scrambled-s0/model; do
     [[ -d "$model" ]] || continue
     name=$(basename "$(dirname "$model")")
-    [[ -f "$OUT/heldout-$name.json" ]] && continue
+    [[ -s "$OUT/heldout-$name.json" ]] && continue
     port=$((8100 + RANDOM % 800))
     srft serve-hf --model "$model" --port "$port" --threads 2 > "$OUT/serve-$name.log" 2>&1 &
     server=$!
@@ -108,7 +108,11 @@ if has heldout; then
     # machine is not scored as a model that timed out
     srft eval --model openai/spectrum-hf --api-base "http://127.0.0.1:$port/v1" --prompt weak \
       --memory-mode scaffold --rows "$HELDOUT_ROWS" --salt heldout --concurrency 1 --param temperature=0 \
-      --param timeout=900 --timeout 7200 --no-progress --json --out "$OUT/heldout/$name" > "$OUT/heldout-$name.json" || true
+      --param timeout=900 --timeout 7200 --no-progress --json --out "$OUT/heldout/$name" > "$OUT/heldout-$name.json.part" || true
+    # only a run that was not stopped (timeout, Ctrl-C, crash) counts as done; otherwise .part stays and the
+    # next run redoes it
+    python -c 'import json, sys; sys.exit(json.load(open(sys.argv[1])).get("stopped") is not None)' \
+      "$OUT/heldout-$name.json.part" 2>/dev/null && mv "$OUT/heldout-$name.json.part" "$OUT/heldout-$name.json"
     kill "$server"; wait "$server" 2>/dev/null || true
   done
 fi
