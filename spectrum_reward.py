@@ -1,7 +1,9 @@
 """Pure scoring (the design card's entry point; the code is :mod:`spectrum_rft.task.reward`)."""
 
 from spectrum_rft.task.reward import (REWARDS, ScanRecord, ScanScore, avail_iou, check_reward, episode_metrics,
-                                      intersection, iou, merge, occ_iou, regions, report_intervals, score_scan, total)
+                                      intersection, iou, match_count, match_iou, merge, occ_iou, regions,
+                                      report_intervals, resolve_reward, score_scan, total)
 
 __all__ = ["REWARDS", "ScanRecord", "ScanScore", "avail_iou", "check_reward", "episode_metrics", "intersection",
-           "iou", "merge", "occ_iou", "regions", "report_intervals", "score_scan", "total"]
+           "iou", "match_count", "match_iou", "merge", "occ_iou", "regions", "report_intervals", "resolve_reward",
+           "score_scan", "total"]

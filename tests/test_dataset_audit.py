@@ -9,9 +9,13 @@ import pytest
 
 from spectrum_rft.rollouts import dataset as mk
 from spectrum_rft.task.environment import EnvConfig, SpectrumEnv, env_for_row, row_config
-from spectrum_rft.baselines.audit import audit, audit_checks, run_episode
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spectrum_rft.baselines.audit import audit, audit_checks, default_policies, policy_kind, run_episode
 from spectrum_rft.baselines import policies
-from spectrum_rft.baselines.policies import make_policy
+from spectrum_rft.baselines.policies import is_memory_free, make_policy
+from spectrum_rft.task.seeding import seed_for_row
 from spectrum_rft.task.scan_format import parse_scan
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -107,10 +111,91 @@ def test_ladder_orders_policies_and_memory_metrics_move():
     assert gain["accumulate"] > 0.1 and abs(gain["oracle"]) < 1e-12
 
 
-def test_reward_audit_default_preset_passes_at_500_episodes():
-    r = audit("default", "default", 500, ["memoryless", "accumulate", "oracle", "carpet-16", "carpet-14", "random-16"])
+def test_reward_audit_default_passes_at_500_episodes_against_every_memory_free_policy():
+    """The acceptance test of the default reward: the ladder, the best blind tilings and every padded
+    composite (memoryless + random / carpet / shifted / duplicated copies; accumulate + padding)."""
+    pols = [p for p in default_policies("default") if not p.startswith(("carpet-", "random-"))]
+    pols += ["carpet-16", "carpet-14", "random-16"]
+    r = audit("default", "default", 500, pols)
+    assert (r["preset"], r["reward"]) == ("default-v2", "match_iou")  # the versions it certifies, recorded
     checks = audit_checks(r)
     assert all(ok for _, ok in checks), checks
+    assert len(checks) == 6 and r["best_memory_free"] in pols
+    ml = r["policies"]["memoryless"]["score"]
+    assert max(v["score"] for k, v in r["policies"].items() if is_memory_free(k)) <= 1.05 * ml  # the aim
+    assert set(r["padding"]) == {p for p in pols if "+" in p}
+
+
+def test_the_audit_catches_padding_on_the_earlier_default():
+    """The checks fail where they should: on ``default-v1`` (480 MHz, occ_iou) a memoryless report padded
+    with random regions to the cap beats memoryless by > 1.25x, and the padding check names it."""
+    r = audit("default-v1", "default-v1", 150, ["memoryless", "accumulate", "oracle", "memoryless+random",
+                                                "memoryless+shift-4.5", "accumulate+random"])
+    assert (r["preset"], r["reward"]) == ("default-v1", "occ_iou")
+    checks = dict(audit_checks(r))
+    free = next(k for k in checks if k.startswith("every memory-free"))
+    pad = next(k for k in checks if k.startswith("padding never raises"))
+    assert not checks[free] and "memoryless+random " in free
+    assert not checks[pad] and r["padding"]["memoryless+random"]["diff"] > 5 * r["padding"]["memoryless+random"]["se"]
+    assert r["padding"]["accumulate+random"]["diff"] < 0  # accumulation is past the density: padding costs it
+
+
+def test_composite_policies_pad_the_base_report_to_the_cap():
+    env = SpectrumEnv(EnvConfig(preset="default", memory_mode="none"))
+    obs, _ = env.reset(5)
+    sc = parse_scan(obs["prompt"])
+    base = make_policy("memoryless")
+    base.observe(sc)
+    cs = base.act()["center_freqs"]
+    for name, size in (("memoryless+random", 16), ("memoryless+random-2", len(cs) + 2), ("memoryless+carpet", 16),
+                       ("memoryless+dup", 16), ("memoryless+shift-4.5", min(16, 3 * len(cs)))):
+        pol = make_policy(name, seed=7)
+        pol.observe(sc)
+        rep = pol.act()["center_freqs"]
+        assert rep[: len(cs)] == cs and len(rep) == size, name  # the base report first, then the padding
+        assert all(0.0 <= c <= 720.0 for c in rep)
+        pol2 = make_policy(name, seed=7)
+        pol2.observe(sc)
+        assert pol2.act()["center_freqs"] == rep  # seeded: the same padding on the same band
+    shifted = make_policy("memoryless+shift-4.5")
+    shifted.observe(sc)
+    assert shifted.act()["center_freqs"][len(cs):len(cs) + 2] == [cs[0] + 4.5, cs[0] - 4.5]
+    assert [policy_kind(n) for n in ("memoryless", "memoryless+dup", "carpet-4", "accumulate+random", "oracle")] == \
+        ["baseline", "padded", "blind", "memory", "privileged"]
+    assert is_memory_free("memoryless+random-3") and not is_memory_free("accumulate+carpet")
+    for bad in ("memoryless+random-0", "memoryless+shift-0", "oracle+random", "memoryless+wizard", "accumulate+"):
+        with pytest.raises(ValueError):
+            make_policy(bad)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.text(min_size=1, max_size=12), st.integers(0, 11))
+def test_over_random_bands_a_region_on_no_transmitter_lowers_the_default_reward(row, k):
+    """The padding rule through the env, over random bands (rows) and scans: the memoryless report plus one
+    centre that lies on no transmitter scores strictly less than the memoryless report alone, and a second
+    centre on a transmitter it already found scores less too."""
+    env = SpectrumEnv(EnvConfig(preset="default", memory_mode="none"))
+    seed = seed_for_row(row)
+    scores = []
+    for pad in ("none", "miss", "dup"):
+        obs, _ = env.reset(seed)
+        for _ in range(k):
+            obs, *_ = env.step({"center_freqs": []})
+        pol = make_policy("memoryless")
+        pol.observe(parse_scan(obs["prompt"]))
+        cs = pol.act()["center_freqs"]
+        truth = env.truth()
+        if pad == "miss":
+            cs = cs + [next(x for x in (1.0, 2.0, 3.0, 719.0) if all(abs(x - c) > w / 2 for c, w in truth))]
+        elif pad == "dup":
+            found = [c for c, w in truth if any(abs(x - c) <= w / 2 for x in cs)]
+            if not found:
+                return
+            cs = cs + [found[0] + 1.0]
+        _, r, *_ = env.step({"center_freqs": cs})
+        scores.append(r)
+    none, miss, dup = scores
+    assert miss < none and dup < none
 
 
 def test_reward_audit_seed_preset_reproduces_the_original_and_shows_the_carpet_exploit():
@@ -126,12 +211,15 @@ def test_audit_cli_json_shape():
                         "--episodes", "5", "--policies", "memoryless,accumulate,oracle,carpet-8", "--json"],
                        cwd=ROOT, capture_output=True, text=True, check=True)
     out = json.loads(r.stdout)
-    assert set(out) == {"preset", "reward", "episodes", "policies"}
+    assert set(out) == {"preset", "reward", "episodes", "policies", "padding"}
     assert set(out["policies"]["accumulate"]) == {"score", "memory_gain", "dormant_recall"}
     assert out["policies"]["oracle"]["score"] == 1.0
     bad = subprocess.run([sys.executable, "-m", "spectrum_rft", "audit", "--policies", "wizard"], cwd=ROOT,
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown policy" in bad.stderr
+    b90 = subprocess.run([sys.executable, "-m", "spectrum_rft", "audit", "--preset", "bench90"], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert b90.returncode == 2 and "spectrum-rft bench90" in b90.stderr.splitlines()[-1]
 
 
 def test_padding_a_good_report_with_blind_tiles_lowers_the_default_reward():
@@ -150,7 +238,7 @@ def test_padding_a_good_report_with_blind_tiles_lowers_the_default_reward():
                 rep = acc.act()["center_freqs"]
                 if pad:
                     free = 16 - len(rep)
-                    rep = rep + [480.0 * (i + 0.5) / free for i in range(free)] if free else rep
+                    rep = rep + [720.0 * (i + 0.5) / free for i in range(free)] if free else rep
                 obs, *_ = env.step({"center_freqs": rep})
             (padded if pad else plain).append(env.metrics()["score"])
     assert sum(padded) < sum(plain)

@@ -298,9 +298,6 @@ BAD_ACTIONS = [
     {"center_freqs": [True]},
     {"center_freqs": [None]},
     {"center_freqs": list(range(10**5))},
-    {"center_freqs": [100.0], "bandwidths": [8.0, 8.0]},
-    {"center_freqs": [100.0], "bandwidths": [-1.0]},
-    {"center_freqs": [100.0], "bandwidths": "wide"},
     {"center_freqs": [-5.0]},
     {"center_freqs": [1e9]},
     {"centre_freqs": [100.0]},
@@ -323,6 +320,29 @@ def test_bad_actions_are_refused_clearly_and_nothing_advances(action):
     assert env.metrics()["faults"]["invalid_report"] == 1
     res = env.call_tool("submit_report", action)
     assert not res.ok and not res.advanced and res.content.startswith("Error:")
+
+
+BAD_BANDWIDTHS = [[8.0, 8.0], [-1.0], "wide", [967.3], [float("nan")], [True]]
+
+
+@pytest.mark.parametrize("bw", BAD_BANDWIDTHS, ids=range(len(BAD_BANDWIDTHS)))
+def test_bandwidths_are_judged_only_where_the_preset_reads_them(bw):
+    """One rule: a field the preset ignores is not in its tool schema and never refuses a report. On a
+    fixed-width preset any ``bandwidths`` scores exactly as none; on bench90 (widths reported) a bad list is
+    refused with a message naming it."""
+    for preset in ("default", "default-v1", "seed"):
+        env = SpectrumEnv(EnvConfig(preset=preset))
+        assert "bandwidths" not in env.tools()[0]["function"]["parameters"]["properties"]
+        env.reset(1)
+        _, r_with, *_ = env.step({"center_freqs": [100.0], "bandwidths": bw})
+        env.reset(1)
+        _, r_without, *_ = env.step({"center_freqs": [100.0]})
+        assert r_with == r_without and env.metrics()["faults"] == {}
+    env = SpectrumEnv(EnvConfig(preset="bench90", memory_mode="none"))
+    assert "bandwidths" in env.tools()[0]["function"]["parameters"]["properties"]
+    env.reset(1)
+    obs, r, *_, info = env.step({"center_freqs": [100.0], "bandwidths": bw})
+    assert not info["advanced"] and "bandwidths" in info["error"] and r == 0.0
 
 
 junk = st.recursive(

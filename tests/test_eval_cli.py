@@ -83,7 +83,7 @@ def test_files_written_turn(turn_ladder):
         assert spectrum["score"] == pytest.approx(ev.score)
         assert len(spectrum["per_scan_reward"]) == 12
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["path"] == "turn" and summary["memory_mode"] == "scaffold" and summary["preset"] == "default"
+    assert summary["path"] == "turn" and summary["memory_mode"] == "scaffold" and summary["preset"] == "default-v2"
     for name, metrics in result["models"].items():
         s = summary["models"][name]
         assert len(s["per_scan_reward"]) == 12 and s["rows"] == 4 and s["rows_errored"] == 0

@@ -71,14 +71,34 @@ def test_halves_are_the_common_means():
 def test_the_scoring_path_equals_the_reference_definitions_on_edge_cases():
     """score_scan (lengths alone) against occ_iou/avail_iou (the reference): empty, whole band, disjoint."""
     for report, truth in [([], []), ([BAND], [BAND]), ([(0, 10)], [(50, 60)]), ([], [(10, 20)]), ([BAND], [])]:
-        sc = sr.score_scan(sr.merge(report), sr.merge(truth), BAND)
+        sc = sr.score_scan(sr.merge(report), sr.merge(truth), BAND, centres=[], truth=truth)
         assert (sc.occ, sc.avail) == (sr.occ_iou(report, truth, BAND), sr.avail_iou(report, truth, BAND))
+        assert sc.match == (1.0 if not truth else 0.0)
 
 
-def test_reward_names():
-    assert sr.check_reward("default") == "default"
-    with pytest.raises(ValueError, match="unknown reward"):
-        sr.check_reward("occ")
+def test_reward_names_resolve_to_their_definitions():
+    """``default`` moves with the versions, each version keeps its meaning, a definition is itself."""
+    assert sr.check_reward("default") == sr.resolve_reward("default-v2") == "match_iou"
+    assert sr.resolve_reward("default-v1") == "occ_iou"
+    assert all(sr.resolve_reward(n) == n for n in sr.REWARD_DEFINITIONS)
+    for bad in ("occ", "", None, 3, ["default"]):
+        with pytest.raises(ValueError, match="unknown reward|must be a name"):
+            sr.check_reward(bad)
+    sc = sr.ScanScore(0.1, 0.2, 0.3)
+    assert (sc.reward("default"), sc.reward("default-v1"), sc.reward("avail_iou")) == (0.3, 0.1, 0.2)
+
+
+def test_hand_computed_match_iou():
+    truth = [(10.0, 18.0), (40.0, 48.0), (60.0, 68.0)]
+    # 15 finds the first, 16 is a second centre on it, 44 finds the second, 90 finds nothing: m = 2 of 4 + 3 - 2
+    assert sr.match_count([15.0, 16.0, 44.0, 90.0], truth) == 2
+    assert sr.match_iou([15.0, 16.0, 44.0, 90.0], truth) == pytest.approx(2 / 5)
+    assert sr.match_iou([14.0, 44.0, 64.0], truth) == 1.0
+    assert sr.match_iou([18.0, 40.0], truth) == pytest.approx(2 / 3)  # the edges are inside (closed)
+    assert sr.match_iou([], truth) == 0.0 and sr.match_iou([], []) == 1.0 and sr.match_iou([5.0], []) == 0.0
+    # overlapping transmitters (a variable-width preset): one centre serves one transmitter only
+    assert sr.match_count([12.0], [(10.0, 20.0), (11.0, 13.0)]) == 1
+    assert sr.match_count([12.0, 19.0], [(10.0, 20.0), (11.0, 13.0)]) == 2  # the greedy finds the better pairing
 
 
 @given(intervals)
@@ -115,7 +135,7 @@ grid_intervals = st.lists(st.tuples(grid, grid).map(lambda t: (min(t), max(t))),
 def test_score_scan_matches_the_complement_definitions(report, truth):
     r = sr.clip(sr.merge(report), *BAND)
     t = sr.clip(sr.merge(truth), *BAND)
-    sc = sr.score_scan(r, t, BAND)
+    sc = sr.score_scan(r, t, BAND, centres=[], truth=truth)
     assert sc.occ == pytest.approx(sr.occ_iou(report, truth, BAND), abs=1e-9)
     assert sc.avail == pytest.approx(sr.avail_iou(report, truth, BAND), abs=1e-9)
 
@@ -145,3 +165,84 @@ def test_is_finite_number():
     assert sr.is_finite_number(1) and sr.is_finite_number(2.5)
     for bad in (math.nan, math.inf, -math.inf, True, "1", None, [1]):
         assert not sr.is_finite_number(bad)
+
+
+# --------------------------------------------------------------------------------------------------
+# match_iou: a maximum matching (checked against brute force) and the padding rule
+# --------------------------------------------------------------------------------------------------
+
+small = st.integers(0, 40).map(lambda k: k / 2)
+truth_ivs = st.lists(st.tuples(small, st.integers(0, 12).map(lambda k: k / 2)).map(lambda t: (t[0], t[0] + t[1])),
+                     max_size=6)
+
+
+def brute_matching(centres, truth):
+    """The maximum matching by augmenting paths (Kuhn's algorithm): the reference for the greedy."""
+    owner: dict[int, int] = {}
+
+    def augment(t, seen):
+        for i, c in enumerate(centres):
+            if truth[t][0] <= c <= truth[t][1] and i not in seen:
+                seen.add(i)
+                if i not in owner or augment(owner[i], seen):
+                    owner[i] = t
+                    return True
+        return False
+
+    return sum(augment(t, set()) for t in range(len(truth)))
+
+
+@settings(max_examples=300)
+@given(st.lists(small, max_size=8), truth_ivs)
+def test_match_count_is_a_maximum_matching(centres, truth):
+    m = sr.match_count(centres, truth)
+    assert m == brute_matching(centres, truth)
+    assert 0 <= m <= min(len(centres), len(truth))
+    assert sr.match_count(list(reversed(centres)), list(reversed(truth))) == m  # order does not matter
+    v = sr.match_iou(centres, truth)
+    assert 0.0 <= v <= 1.0
+
+
+# Transmitters as the presets draw them: 8 MHz wide, >= 10 MHz apart (no centre lies in two of them).
+band_truth = st.lists(st.integers(0, 60), min_size=1, max_size=14, unique=True).map(
+    lambda ks: [(10.0 * k + 4.0, 10.0 * k + 12.0) for k in sorted(ks)])
+
+
+def _free(truth, x):
+    return not any(lo <= x <= hi for lo, hi in truth)
+
+
+@settings(max_examples=200)
+@given(band_truth, st.lists(st.floats(0, 620, allow_nan=False), max_size=10), st.floats(0, 620, allow_nan=False))
+def test_padding_rule_a_centre_that_finds_nothing_new_never_raises_match_iou(truth, centres, extra):
+    """The padding rule: a further centre raises the score only by finding a transmitter no other centre
+    found. A guess that lands on nothing, a duplicate of a reported centre, or a second centre on a found
+    transmitter strictly lowers it."""
+    before = sr.match_iou(centres, truth)
+    found_before = sr.match_count(centres, truth)
+    after = sr.match_iou(centres + [extra], truth)
+    if sr.match_count(centres + [extra], truth) == found_before:
+        assert after < before or before == 0.0 == after
+    else:
+        assert after > before
+    if centres:
+        assert sr.match_iou(centres + [centres[0]], truth) < before or before == 0.0
+
+
+@settings(max_examples=200)
+@given(band_truth, st.lists(st.floats(0, 620, allow_nan=False), max_size=10), st.floats(0.0, 1.0))
+def test_padding_pays_exactly_when_its_hit_chance_beats_the_score(truth, centres, p):
+    """The arithmetic behind the audit: one more centre that finds a new transmitter with chance ``p``
+    raises the expected score exactly when ``p / (1 - p) > J`` (J = m / u the score before)."""
+    m = sr.match_count(centres, truth)
+    u = len(centres) + len(truth) - m
+    before = m / u
+    expected = p * (m + 1) / u + (1 - p) * m / (u + 1)  # a hit adds to m and leaves u; a miss adds to u
+    if p < 1.0 and abs(p / (1 - p) - before) > 1e-9:
+        assert (expected > before) == (p / (1 - p) > before)
+    # a real hit (a free transmitter's centre) and a real miss move the score as the two branches say
+    free = [(lo + hi) / 2 for lo, hi in truth if all(not lo <= c <= hi for c in centres)]
+    if free:
+        assert sr.match_iou(centres + [free[0]], truth) == pytest.approx((m + 1) / u)
+    miss = next((x for x in (-100.0, 1000.0) if _free(truth, x)), None)
+    assert sr.match_iou(centres + [miss], truth) == pytest.approx(m / (u + 1))

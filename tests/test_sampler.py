@@ -25,7 +25,8 @@ def test_call_schema_is_the_envs_tool_schema():
     assert schema["properties"]["name"] == {"const": "submit_report"}
     assert args["properties"] == params["properties"] and args["required"] == params["required"]
     assert args["properties"]["center_freqs"]["maxItems"] == 16
-    assert args["properties"]["center_freqs"]["items"] == {"type": "number", "minimum": 0, "maximum": 480}
+    assert args["properties"]["center_freqs"]["items"] == {"type": "number", "minimum": 0, "maximum": 720}
+    assert "bandwidths" not in args["properties"]  # the fixed-width preset ignores it, so it is not offered
     both = S.tool_call_schema(tool_schemas("notepad"))
     assert sorted(c["properties"]["name"]["const"] for c in both["anyOf"]) == ["notepad_read", "notepad_write",
                                                                               "submit_report"]
@@ -71,9 +72,9 @@ def test_grammar_accepts_the_templates_call_and_refuses_malformed_ones(smollm):
     for bad in ('<tool_call>\n{"name": "submit_report", "arguments": {"center_freqs": "many"}}\n</tool_call>',
                 '<tool_call>\n{"name": "delete_all", "arguments": {}}\n</tool_call>',
                 '<tool_call>\n{"name": "submit_report", "arguments": {"centre": [1]}}\n</tool_call>',
-                '<tool_call>\n{"name": "submit_report", "arguments": {"center_freqs": [480.5]}}\n</tool_call>',
+                '<tool_call>\n{"name": "submit_report", "arguments": {"center_freqs": [720.5]}}\n</tool_call>',
                 '<tool_call>\n{"name": "submit_report", "arguments": {"center_freqs": [-1]}}\n</tool_call>',
-                '<tool_call>\n{"name": "submit_report", "arguments": {"center_freqs": [1], "bandwidths": [0]}}\n</tool_call>',
+                '<tool_call>\n{"name": "submit_report", "arguments": {"center_freqs": [1], "bandwidths": [8]}}\n</tool_call>',
                 'I think the peaks are at 41.5 MHz',
                 '<tool_call>\n{"name": "submit_report", "arguments": {"center_freqs": [' + ", ".join(["1"] * 17) + "]}}"):
         assert not _accepts(new(), tok, bad), bad
@@ -102,12 +103,9 @@ def test_constrained_samples_are_reports_the_env_accepts(smollm):
         assert isinstance(centres, list) and len(centres) <= 16
         m = judge(row, message).metrics()
         scored += m["scans_skipped"] == 0
-        assert all(0.0 <= x <= 480.0 for x in centres)  # the grammar holds the band (tool_schemas' bounds)
-        widths = calls[0]["function"]["arguments"].get("bandwidths")
-        if widths is None or len(widths) == len(centres):
-            assert m["scans_skipped"] == 0  # a well-formed report is always scored
-        else:  # equal lengths are beyond a JSON schema: the env refuses such a report, and says so
-            assert m["scans_skipped"] == 1 and m["faults"].get("invalid_report", 0) >= 1
+        assert all(0.0 <= x <= 720.0 for x in centres)  # the grammar holds the band (tool_schemas' bounds)
+        assert "bandwidths" not in calls[0]["function"]["arguments"]  # not in the fixed-width preset's schema
+        assert m["scans_skipped"] == 0  # every constrained report is one the env scores
     assert scored >= 1, "no constrained completion was a report the env scored"
 
 

@@ -21,15 +21,15 @@ PKG = Path(__file__).resolve().parent.parent / "spectrum_rft"
 # ---- rendering: byte-identical to the text the scores and eval figures were measured on -----------------
 
 
-def corpus() -> list[str]:
+def corpus(presets=(("seed", 3), ("default-v1", 1), ("bench90", 1)), reward: str = "occ_iou") -> list[str]:
     """System prompts, every scan of one episode per preset and memory mode (echo, notepad), the
     acknowledgements and the final observation."""
     out = []
-    for preset, seed in (("seed", 3), ("default", 1), ("bench90", 1)):
+    for preset, seed in presets:
         for mode in MEMORY_MODES:
-            out += [render_system_prompt(EnvConfig(preset=preset, memory_mode=mode, prompt=p, think=t))
+            out += [render_system_prompt(EnvConfig(preset=preset, memory_mode=mode, prompt=p, think=t, reward=reward))
                     for p in PROMPT_VARIANTS for t in (False, True)]
-            env = SpectrumEnv(EnvConfig(preset=preset, memory_mode=mode))
+            env = SpectrumEnv(EnvConfig(preset=preset, memory_mode=mode, reward=reward))
             obs, _ = env.reset(seed)
             truth = [c for c, _ in env.truth()]
             k = 0
@@ -46,9 +46,18 @@ def corpus() -> list[str]:
 
 
 def test_rendered_text_is_unchanged():
-    """The digest of the texts rendered before the format moved into scan_format (commit fe9dceb)."""
+    """The digest of the texts rendered before the format moved into scan_format (commit fe9dceb), with the
+    reward of that time (occ_iou; the 480 MHz default is ``default-v1`` now)."""
     digest = hashlib.sha256("\x00".join(corpus()).encode()).hexdigest()
     assert digest == "fb420e698b49bebb4b890b60453ef9d25c7d606a738aee386da95dd06c6461e5"
+
+
+def test_rendered_text_of_the_default_is_pinned():
+    """The default (``default-v2``, 720 MHz, ``match_iou``: its system prompt says how a report is scored)."""
+    texts = corpus((("default", 1),), reward="default")
+    assert "Each transmitter counts once" in texts[0] and "0.0-720.0 MHz" in texts[0]
+    digest = hashlib.sha256("\x00".join(texts).encode()).hexdigest()
+    assert digest == "6f087d94abf37f98960a3f968dec9b0efe865c2da060e00e8094ce5a05167cc1"
 
 
 def test_env_scans_parse_back_to_the_episode():

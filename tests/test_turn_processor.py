@@ -433,7 +433,7 @@ def test_a_bug_is_an_error_row(llm):
 
 def test_junk_tool_calls_over_http(llm):
     junk = [tool_call("submit_report", "null"), tool_call("submit_report", "[1, 2]"),
-            tool_call("submit_report", '{"center_freqs": [1, 2, 3], "bandwidths": [1]}'),
+            tool_call("submit_report", '{"center_freqs": [1, 2, 3e9], "bandwidths": [1]}'),
             tool_call("submit_report", '{"center_freqs": ' + "[" * 800 + "]" * 800 + "}"),
             tool_call("submit_report", json.dumps({"center_freqs": list(range(100))})),
             tool_call("submit_report", '{"center_freqs": [true, "x", null]}'),

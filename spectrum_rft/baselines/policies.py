@@ -15,8 +15,17 @@ it appears.
 * ``carpet-K``    K evenly spaced regions, ignoring the scans (blind).
 * ``random-K``    K uniformly random centres, ignoring the scans (blind).
 
-The reward audit runs them all and shows whether a reward measures memory: blind
-policies must not beat the memoryless one by much, and accumulation must beat it by a lot.
+Composites ``BASE+PAD`` (``BASE`` is ``memoryless`` or ``accumulate``) report the base policy's regions and
+then pad the report up to the region cap. With ``memoryless`` as the base they use no memory at all, so a
+reward that lets one of them beat plain ``memoryless`` pays for something other than memory:
+
+* ``+random-K`` / ``+random``  K (or: up to the cap) uniformly random centres from the policy's own stream.
+* ``+carpet``                  fill the free slots with evenly spaced regions across the band.
+* ``+shift-S``                 copies of its own regions moved S MHz up and down (hedging the peak jitter).
+* ``+dup``                     duplicates of its own regions up to the cap (the last evidence run's habit).
+
+The reward audit runs them all and shows whether a reward measures memory: memory-free policies (blind
+or composite) must not beat the memoryless one by much, and accumulation must beat it by a lot.
 """
 
 from __future__ import annotations
@@ -138,12 +147,53 @@ class RandomK(Policy):
         return _report(sorted(self.rng.uniform(lo, hi, size=n)), [TX_WIDTH] * n, self.last.max_regions, self.last.band)
 
 
+class Padded(Policy):
+    """A base policy's report padded toward the region cap (``memoryless+random-13``, ``accumulate+carpet``)."""
+
+    def __init__(self, base: Policy, pad: str, k: int | None = None, shift: float = 0.0, seed: int = 0):
+        self.base, self.pad, self.k, self.shift = base, pad, k, shift
+        suffix = {"random": f"random-{k}" if k is not None else "random", "shift": f"shift-{shift:g}"}.get(pad, pad)
+        self.name = f"{base.name}+{suffix}"
+        self.rng = np.random.default_rng([seed, 0x9AD])
+
+    def observe(self, scan: ParsedScan) -> None:
+        self.last = scan
+        self.base.observe(scan)
+
+    def act(self) -> dict:
+        rep = self.base.act()
+        cs, ws = list(rep["center_freqs"]), list(rep.get("bandwidths") or [TX_WIDTH] * len(rep["center_freqs"]))
+        cap, (lo, hi) = self.last.max_regions, self.last.band
+        free = cap - len(cs)
+        if self.pad == "random":
+            n = free if self.k is None else min(self.k, free)
+            extra = [(float(c), TX_WIDTH) for c in self.rng.uniform(lo, hi, size=n)]
+        elif self.pad == "carpet":
+            step = (hi - lo) / free if free > 0 else 0.0
+            extra = [(lo + (i + 0.5) * step, TX_WIDTH) for i in range(free)]
+        elif self.pad == "shift":
+            moved = [(c + d, w) for c, w in zip(cs, ws) for d in (self.shift, -self.shift)]
+            extra = moved[:free]
+        else:  # dup
+            extra = [(cs[i % len(cs)], ws[i % len(cs)]) for i in range(free)] if cs else []
+        cs += [c for c, _ in extra]
+        ws += [w for _, w in extra]
+        return _report(cs, ws, cap, self.last.band)
+
+
 def oracle_report(truth: Sequence[tuple[float, float]]) -> dict:
     """PRIVILEGED: the exact transmitters."""
     return {"center_freqs": [c for c, _ in truth], "bandwidths": [w for _, w in truth]}
 
 
-POLICY_NAMES = ("empty", "memoryless", "accumulate", "oracle", "carpet-K", "random-K")
+POLICY_NAMES = ("empty", "memoryless", "accumulate", "oracle", "carpet-K", "random-K",
+                "BASE+random[-K]", "BASE+carpet", "BASE+shift-S", "BASE+dup")
+_PAD = re.compile(r"(memoryless|accumulate)\+(?:(random)(?:-(\d+))?|(carpet)|(shift)-(\d+(?:\.\d+)?)|(dup))")
+
+
+def is_memory_free(name: str) -> bool:
+    """Whether a policy uses no memory at all (blind tilings, and memoryless padded in any way)."""
+    return name.startswith(("carpet-", "random-", "memoryless+"))
 
 
 def make_policy(name: str, seed: int = 0) -> Policy | None:
@@ -159,4 +209,13 @@ def make_policy(name: str, seed: int = 0) -> Policy | None:
         if k < 1:
             raise ValueError(f"{name}: K must be >= 1")
         return Carpet(k) if m.group(1) == "carpet" else RandomK(k, seed)
+    m = _PAD.fullmatch(name)
+    if m:
+        base, rnd, k, carpet, shift, s, dup = m.groups()
+        if k is not None and int(k) < 1:
+            raise ValueError(f"{name}: K must be >= 1")
+        if shift and not float(s) > 0:
+            raise ValueError(f"{name}: the shift must be > 0 MHz")
+        return Padded(simple[base](), rnd or carpet or shift or dup, int(k) if k else None,
+                      float(s) if s else 0.0, seed)
     raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(POLICY_NAMES)}")

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Iterable
 
 from spectrum_rft.task.config import MEMORY_MODES, PROMPT_VARIANTS, EnvConfig
-from spectrum_rft.task.presets import PRESETS, get_preset
+from spectrum_rft.task.presets import PRESET_NAMES, get_preset
 from spectrum_rft.task.rows import row_seed
 
 USER_PROMPT_TEMPLATE = "{observation}"
@@ -33,7 +33,7 @@ FIRST_USER_MESSAGE = "Begin monitoring. The first scan follows."
 
 # The presets a generated row can play: its seed is hashed from the row id. A preset whose seed is the run
 # index of a fixed schedule (bench90) has rows of its own, pinned to the run (``spectrum-rft bench90``).
-ROW_PRESETS: tuple[str, ...] = tuple(name for name, p in PRESETS.items() if not p.seed_is_run_index)
+ROW_PRESETS: tuple[str, ...] = tuple(name for name in PRESET_NAMES if not get_preset(name).seed_is_run_index)
 
 
 def check_row_preset(preset: str) -> None:

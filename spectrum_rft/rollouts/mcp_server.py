@@ -171,6 +171,10 @@ class SpectrumMcp(McpGym):
         icl = {t["function"]["name"]: t["function"] for t in tool_schemas("icl_notepad", preset)}
         report = schemas["submit_report"]["parameters"]
         props = {**report["properties"], **icl["submit_report"]["parameters"]["properties"]}
+        # rows of a variable-width preset send bandwidths even when this server's preset fixes the width
+        props.setdefault("bandwidths", {"type": "array", "items": {"type": "number"},
+                                        "description": "Bandwidth in MHz of each region (only on presets whose "
+                                        "reports carry widths; see the episode's tools)."})
         required = set(report.get("required") or ())
 
         def submit_report(ctx, center_freqs, bandwidths=None, notepad_update=None):

@@ -88,7 +88,8 @@ def parse_report(action: Any, preset: Preset) -> tuple[list[float], list[float]]
     """Validate a report; return (centres, widths). Raises :class:`InvalidAction` with a clear message.
 
     An invalid report is refused as a whole (nothing is scored, the scan stays open, the model may try
-    again within its call budget). JSON text is accepted (:func:`parse_arguments`), since models send tool
+    again within its call budget). On a preset with a fixed report width ``bandwidths`` is ignored, never
+    checked (it is not in that preset's tool schema). JSON text is accepted (:func:`parse_arguments`), since models send tool
     arguments as text.
     """
     action = parse_arguments(action)
@@ -104,16 +105,17 @@ def parse_report(action: Any, preset: Preset) -> tuple[list[float], list[float]]
     if centres and not (lo <= min(centres) and max(centres) <= hi):
         i, c = next((i, c) for i, c in enumerate(centres) if not lo <= c <= hi)
         raise InvalidAction(f"center_freqs[{i}] = {c:g} MHz is outside the band {lo:g}-{hi:g} MHz")
+    if preset.report_width is not None:
+        # The preset fixes every region's width: ``bandwidths`` is not in its tool schema and is ignored
+        # whatever it holds (a field the env throws away never refuses a report).
+        return centres, [preset.report_width] * len(centres)
     bw = action.get("bandwidths")
     if bw is None:
-        widths = [preset.report_width or preset.default_width] * len(centres)
-    else:
-        if isinstance(bw, (list, tuple)) and len(bw) != len(centres):
-            raise InvalidAction(f"bandwidths has {len(bw)} entries but center_freqs has {len(centres)}")
-        widths = _number_list("bandwidths", bw)
-        for i, w in enumerate(widths):
-            if not 0.0 < w <= hi - lo:
-                raise InvalidAction(f"bandwidths[{i}] = {w:g} MHz must be > 0 and at most the band width")
-        if preset.report_width is not None:
-            widths = [preset.report_width] * len(centres)
+        return centres, [preset.default_width] * len(centres)
+    if isinstance(bw, (list, tuple)) and len(bw) != len(centres):
+        raise InvalidAction(f"bandwidths has {len(bw)} entries but center_freqs has {len(centres)}")
+    widths = _number_list("bandwidths", bw)
+    for i, w in enumerate(widths):
+        if not 0.0 < w <= hi - lo:
+            raise InvalidAction(f"bandwidths[{i}] = {w:g} MHz must be > 0 and at most the band width")
     return centres, widths

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from spectrum_rft.task.presets import get_preset
-from spectrum_rft.task.reward import check_reward
+from spectrum_rft.task.presets import resolve_preset
+from spectrum_rft.task.reward import resolve_reward
 
 # icl_notepad is CLBench's: context cleared every scan, a notepad shown with each scan that the model
 # replaces through submit_report's ``notepad_update`` field.
@@ -17,7 +17,11 @@ PROMPT_VARIANTS: tuple[str, ...] = ("explicit", "weak", "notepad-vague", "notepa
 
 @dataclass(frozen=True)
 class EnvConfig:
-    """Everything that defines an episode besides its seed. Travels with the dataset row."""
+    """Everything that defines an episode besides its seed. Travels with the dataset row.
+
+    ``preset`` and ``reward`` are stored resolved (``default`` -> ``default-v2`` / ``match_iou``), so a row
+    or run records the exact definition it was made with, and a later change of the default never
+    changes what an old row means."""
 
     preset: str = "default"
     memory_mode: str = "scaffold"
@@ -30,10 +34,10 @@ class EnvConfig:
     carry_tolerance: float = 4.0  # MHz: a previous region is "kept" if a new centre lies this close
 
     def __post_init__(self) -> None:
-        get_preset(self.preset)
+        object.__setattr__(self, "preset", resolve_preset(self.preset))
+        object.__setattr__(self, "reward", resolve_reward(self.reward))
         if self.memory_mode not in MEMORY_MODES:
             raise ValueError(f"unknown memory_mode {self.memory_mode!r}; choose one of {', '.join(MEMORY_MODES)}")
-        check_reward(self.reward)
         if self.prompt not in PROMPT_VARIANTS:
             raise ValueError(f"unknown prompt {self.prompt!r}; choose one of {', '.join(PROMPT_VARIANTS)}")
         if self.max_calls_per_scan < 1:

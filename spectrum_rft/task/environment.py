@@ -343,9 +343,10 @@ class SpectrumEnv:
         assert s is not None
         records = list(s.records)
         if len(records) < self.n_scans:
-            empty = sr.score_scan([], s.truth_merged, s.episode.band)
+            empty = sr.score_scan([], s.truth_merged, s.episode.band, centres=[], truth=s.truth_intervals)
             records += [
-                sr.ScanRecord(i + 1, empty.reward(self.config.reward), empty.occ, empty.avail, True, 0, 0, 0, 0, 0)
+                sr.ScanRecord(i + 1, empty.reward(self.config.reward), empty.occ, empty.avail, True, 0, 0, 0, 0, 0,
+                              match=empty.match)
                 for i in range(len(records), self.n_scans)
             ]
         m = sr.episode_metrics(records)
@@ -385,7 +386,7 @@ class SpectrumEnv:
         assert s is not None
         ep = s.episode
         report = sr.report_intervals(centres, widths, ep.band)
-        sc = sr.score_scan(report, s.truth_merged, ep.band)
+        sc = sr.score_scan(report, s.truth_merged, ep.band, centres=centres, truth=s.truth_intervals)
         reward = sc.reward(self.config.reward)
         scan = ep.scans[s.scan]
         dormant_seen = s.seen.difference(scan.active)
@@ -399,7 +400,7 @@ class SpectrumEnv:
         echo_kept = sum(1 for e in echo if _near(now, e, self.config.carry_tolerance))
         s.records.append(
             sr.ScanRecord(s.scan + 1, reward, sc.occ, sc.avail, skipped, len(centres), len(dormant_seen), covered,
-                          len(s.prev_report), kept, len(echo), echo_kept)
+                          len(s.prev_report), kept, len(echo), echo_kept, sc.match)
         )
         s.seen.update(scan.detected)
         s.prev_report = now
@@ -407,7 +408,7 @@ class SpectrumEnv:
         s.calls_this_scan = 0
         self._echo = self._make_echo()
         info = {"advanced": True, "error": None, "scan": s.scan, "reward": reward, "occ": sc.occ,
-                "avail": sc.avail, "skipped": skipped}
+                "avail": sc.avail, "match": sc.match, "skipped": skipped}
         return self.observation(), reward, self.done, False, info
 
     def _make_echo(self) -> list[float] | None:

@@ -23,14 +23,14 @@ def tool_schemas(memory_mode: str, preset: str = "default") -> list[dict]:
             "description": f"Centre frequency in MHz of every occupied region ({lo:g}-{hi:g} MHz, at most "
             f"{p.max_regions}).",
         },
-        "bandwidths": {
+    }
+    if p.report_width is None:  # a preset that fixes the width has no such field (actions.parse_report ignores it)
+        report_props["bandwidths"] = {
             "type": "array",
             "items": {"type": "number", "exclusiveMinimum": 0, "maximum": hi - lo},
             "maxItems": p.max_regions,
-            "description": "Optional: bandwidth in MHz of each region, same length as center_freqs."
-            + (f" Ignored on this band: every region is {p.report_width:g} MHz wide." if p.report_width else ""),
-        },
-    }
+            "description": "Optional: bandwidth in MHz of each region, same length as center_freqs.",
+        }
     if memory_mode == "icl_notepad":
         report_props["notepad_update"] = {
             "type": "string",
@@ -78,4 +78,4 @@ def render_system_prompt(config: EnvConfig) -> str:
     p = get_preset(config.preset)
     return scan_format.render_system_prompt(variant=config.prompt, memory_mode=config.memory_mode, band=p.band,
                                             n_scans=p.n_scans, max_regions=p.max_regions,
-                                            report_width=p.report_width, think=config.think)
+                                            report_width=p.report_width, reward=config.reward, think=config.think)

@@ -11,17 +11,32 @@ Rewards are a family, selected by name (``REWARDS``):
                 the original experiment's reward. Rewards recalling dormant transmitters.
 * ``avail_iou`` CLBench's native metric: IoU of the complements (the free spectrum) inside the band;
                 1.0 when both complements are empty. Barely sensitive to memory on a sparse band.
-* ``default``   the reward the reward audit (``spectrum-rft audit``) certifies: occupied-IoU. Its
-                exploit resistance comes from the ``default`` preset's wide band (480 MHz), where a
-                blind tiling of at most 16 regions covers little of the truth — see README "Reward audit".
+* ``match_iou`` the Jaccard index over transmitters: ``m / (r + t - m)`` with ``r`` reported centres, ``t``
+                transmitters and ``m`` the size of a maximum matching of centres to transmitters, a centre
+                matching a transmitter whose occupied interval holds it (each at most once). A guess that
+                finds nothing, a duplicate, or a jitter-hedging copy of a peak is one more unmatched centre.
+* ``default``   an alias for the reward the reward audit (``spectrum-rft audit``) certifies, resolved when a
+                config is made so that rows and runs record the definition: ``default-v2`` = ``match_iou``
+                (on the ``default-v2`` preset, 720 MHz), ``default-v1`` = ``occ_iou`` (the earlier default,
+                on the 480 MHz ``default-v1`` preset). Why the change: README "Reward audit".
+
+Why ``match_iou`` resists padding where ``occ_iou`` does not (both are symmetric overlap scores): one
+more region raises a score ``J = m / u`` exactly when its chance ``p`` of finding something new satisfies
+``p / (1 - p) > J``. Under ``occ_iou`` a random 8 MHz region finds spectrum at the band's occupancy density
+(0.2 on 480 MHz, above the memoryless 0.14), and a copy of a peak moved a few MHz finds ~0.37 of its width
+(the peak jitter), so both pay. Under ``match_iou`` a copy of a peak finds nothing new unless the peak
+itself missed, and a random centre finds a transmitter with chance ~0.12 on 720 MHz, below the memoryless
+0.16: every memory-free padding costs.
 """
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
+from spectrum_rft.common.names import resolve_name
 from spectrum_rft.common.stats import halves, mean_or  # noqa: F401 (halves: re-exported)
 
 Interval = tuple[float, float]
@@ -82,17 +97,63 @@ def iou_from_lengths(inter: float, union: float) -> float:
 # --------------------------------------------------------------------------------------------------
 
 
+def match_count(centres: Sequence[float], truth: Sequence[Interval]) -> int:
+    """Size of a maximum matching of reported centres to transmitters (``(lo, hi)`` occupied intervals), a
+    centre matching a transmitter whose closed interval holds it, each used at most once.
+
+    Points against intervals on a line: taking the transmitters by their upper edge and giving each the
+    lowest free centre inside it is optimal (the exchange argument of interval scheduling), in
+    ``O((r + t) log r)``. On presets whose transmitters are further apart than their width a centre lies
+    in at most one interval and this is simply the number of transmitters holding a centre.
+    """
+    cs = sorted(centres)
+    if not cs or not truth:
+        return 0
+    taken = [False] * len(cs)
+    nxt = list(range(len(cs) + 1))  # nxt[i]: the first untaken index >= i (path-halving union-find)
+
+    def first_free(i: int) -> int:
+        while nxt[i] != i:
+            nxt[i] = nxt[nxt[i]]
+            i = nxt[i]
+        return i
+
+    m = 0
+    for lo, hi in sorted(truth, key=lambda iv: (iv[1], iv[0])):
+        i = first_free(bisect_left(cs, lo))
+        if i < len(cs) and cs[i] <= hi:
+            taken[i] = True
+            nxt[i] = i + 1
+            m += 1
+    return m
+
+
+def match_iou(centres: Sequence[float], truth: Sequence[Interval]) -> float:
+    """Jaccard index over transmitters (``match_iou``): ``m / (r + t - m)``; 1.0 when nothing is there and
+    nothing is reported."""
+    r, t = len(centres), len(truth)
+    if r + t == 0:
+        return 1.0
+    m = match_count(centres, truth)
+    return m / (r + t - m)
+
+
 @dataclass(frozen=True, slots=True)
 class ScanScore:
     occ: float
     avail: float
+    match: float = 0.0
 
     def reward(self, name: str) -> float:
-        return self.avail if name == "avail_iou" else self.occ
+        """The score of reward ``name`` (an alias resolved: :func:`resolve_reward`)."""
+        r = resolve_reward(name)
+        return self.avail if r == "avail_iou" else self.match if r == "match_iou" else self.occ
 
 
-def score_scan(report_merged: Sequence[Interval], truth_merged: Sequence[Interval], band: Interval) -> ScanScore:
-    """Both IoUs of one report, from lengths alone (both lists merged and clipped to the band).
+def score_scan(report_merged: Sequence[Interval], truth_merged: Sequence[Interval], band: Interval, *,
+               centres: Sequence[float], truth: Sequence[Interval]) -> ScanScore:
+    """Every score of one report: both IoUs from lengths alone (both lists merged and clipped to the band),
+    and ``match_iou`` from the reported ``centres`` and the transmitters' intervals ``truth`` (one each).
 
     With ``I = |R & T|``, the free spectra intersect in ``B - |R| - |T| + I`` and unite in ``B - I``,
     so the available-IoU needs no complement lists (same value as :func:`avail_iou`).
@@ -101,16 +162,23 @@ def score_scan(report_merged: Sequence[Interval], truth_merged: Sequence[Interva
     r, t = total(report_merged), total(truth_merged)
     union = r + t - inter
     width = band[1] - band[0]
-    return ScanScore(iou_from_lengths(inter, union), iou_from_lengths(width - union, width - inter))
+    return ScanScore(iou_from_lengths(inter, union), iou_from_lengths(width - union, width - inter),
+                     match_iou(centres, truth))
 
 
-REWARDS = ("default", "occ_iou", "avail_iou")
+# The definitions, then the versioned names of the default (an alias never changes meaning once released;
+# ``default`` moves to the newest version).
+REWARD_DEFINITIONS = ("occ_iou", "avail_iou", "match_iou")
+REWARD_ALIASES = {"default": "match_iou", "default-v2": "match_iou", "default-v1": "occ_iou"}
+REWARDS = (*REWARD_ALIASES, *REWARD_DEFINITIONS)
 
 
-def check_reward(name: str) -> str:
-    if name not in REWARDS:
-        raise ValueError(f"unknown reward {name!r}; choose one of {', '.join(REWARDS)}")
-    return name
+def resolve_reward(name: str) -> str:
+    """The definition a reward name stands for (``default`` -> ``match_iou``); an error for unknown names."""
+    return resolve_name("reward", name, REWARD_DEFINITIONS, REWARD_ALIASES)
+
+
+check_reward = resolve_reward  # the earlier name, kept for callers and the design card's spectrum_reward
 
 
 def report_intervals(centres: Sequence[float], widths: Sequence[float], band: Interval) -> list[Interval]:
@@ -163,6 +231,7 @@ class ScanRecord:
     echo_shown: int = 0  # centres of the memory echo shown with this scan (scaffold: the true previous report;
     #                      scrambled: seeded random centres): the same quantity in both arms
     echo_kept: int = 0  # ... of which this report reproduces (within the carry tolerance, half a width)
+    match: float = 0.0  # match_iou of the report (whatever the reward; a diagnostic beside occ and avail)
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__slots__}
@@ -183,6 +252,7 @@ def episode_metrics(records: Sequence[ScanRecord]) -> dict:
         "score": mean_or(rewards, 0.0),
         "mean_occ": mean_or([r.occ for r in records], 0.0),
         "mean_avail": mean_or([r.avail for r in records], 0.0),
+        "mean_match": mean_or([r.match for r in records], 0.0),
         "early_mean": early,
         "late_mean": late,
         "memory_gain": (late - early) if early is not None and late is not None else None,

@@ -55,11 +55,11 @@ def templates() -> jinja2.Environment:
 
 
 def render_system_prompt(*, variant: str, memory_mode: str, band: tuple[float, float], n_scans: int,
-                         max_regions: int, report_width: float | None, think: bool) -> str:
-    """The system prompt (``system.j2``)."""
+                         max_regions: int, report_width: float | None, think: bool, reward: str = "occ_iou") -> str:
+    """The system prompt (``system.j2``); ``reward`` (a definition name) picks how scoring is described."""
     return templates().get_template("system.j2").render(
         variant=variant, memory_mode=memory_mode, band=band, n_scans=n_scans, max_regions=max_regions,
-        report_width=report_width, think=think,
+        report_width=report_width, think=think, reward=reward,
     ).strip()
 
 

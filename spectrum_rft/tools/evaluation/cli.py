@@ -180,8 +180,9 @@ def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset:
 
     memory_mode = memory_mode or default_memory_mode(prompt)
     check_row_preset(preset)
-    EnvConfig(preset=preset, memory_mode=memory_mode, reward=reward, prompt=prompt,  # validate before any work
-              **({"max_calls_per_scan": max_calls_per_scan} if max_calls_per_scan is not None else {}))
+    cfg = EnvConfig(preset=preset, memory_mode=memory_mode, reward=reward, prompt=prompt,  # validate before any work
+                    **({"max_calls_per_scan": max_calls_per_scan} if max_calls_per_scan is not None else {}))
+    preset, reward = cfg.preset, cfg.reward  # the versions (default -> default-v2 / match_iou), as the rows record
     if rows < 1 or concurrency < 1 or not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
         raise ValueError("rows and concurrency must be >= 1 and timeout a finite number of seconds > 0")
     out.mkdir(parents=True, exist_ok=True)

@@ -15,10 +15,11 @@ would leave the grammar of one tool call as the chat template writes it::
     <tool_call>\\n{"name": "submit_report", "arguments": {...}}\\n</tool_call><|im_end|>
 
 The ``arguments`` follow the env's own :func:`spectrum_rft.task.environment.tool_schemas` (one
-definition: the array of numbers, at most ``max_regions`` of them, the optional bandwidths), compact JSON
+definition: the array of in-band numbers, at most ``max_regions`` of them; bandwidths only on presets that
+read them), compact JSON
 with ``json.dumps``' separators (what the template's ``tojson`` writes, so the call reads as in SFT). The
-model still chooses every number and how many; the env still judges the report (a centre outside the band
-or a bandwidth list of the wrong length is refused, and the scan is then scored as skipped). The learner's
+model still chooses every number and how many; the env still judges the report (on a preset that reads
+widths, a bandwidth list of the wrong length is refused, and the scan is then scored as skipped). The learner's
 log-probs are those of the **unconstrained** policy (TRL computes them with a plain forward pass): the
 constraint changes which completions are sampled, not what is trained towards; the sampled tokens' log-probs
 that this sampler reports are under the constrained, tempered distribution.

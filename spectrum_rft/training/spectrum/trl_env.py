@@ -121,7 +121,8 @@ class _not_a_tool:
 
 def _tool(declaration: Callable) -> Callable:
     """A tool: the declaration's signature and docstring (what ``get_json_schema`` reads, through
-    ``functools.wraps``) with a body that hands the model's arguments to the env."""
+    ``functools.wraps``) with a body that hands the model's arguments to the env. The body takes any keyword
+    (a field the schema does not offer, e.g. ``bandwidths`` on a fixed-width preset), so the env judges it."""
     params = list(inspect.signature(declaration).parameters.values())[1:]  # after self
     names = [p.name for p in params]
     nullable = {p.name for p in params if p.default is None}
@@ -178,12 +179,11 @@ class SpectrumToolEnv:
         return env.observation()["prompt"]
 
     @_tool
-    def submit_report(self, center_freqs: list[float], bandwidths: list[float] | None = None) -> str:
+    def submit_report(self, center_freqs: list[float]) -> str:
         """Report the occupied regions of the band for the current scan. Ends the scan.
 
         Args:
             center_freqs: Centre frequency in MHz of every occupied region
-            bandwidths: Optional: bandwidth in MHz of each region, same length as center_freqs.
         """
         raise AssertionError("declaration only: _tool replaces the body")
 
@@ -283,13 +283,11 @@ class SpectrumIclNotepadToolEnv(SpectrumToolEnv):
     MEMORY_MODES = ("icl_notepad",)
 
     @_tool
-    def submit_report(self, center_freqs: list[float], bandwidths: list[float] | None = None,
-                      notepad_update: str | None = None) -> str:
+    def submit_report(self, center_freqs: list[float], notepad_update: str | None = None) -> str:
         """Report the occupied regions of the band for the current scan. Ends the scan.
 
         Args:
             center_freqs: Centre frequency in MHz of every occupied region
-            bandwidths: Optional: bandwidth in MHz of each region, same length as center_freqs.
             notepad_update: Optional: replaces your notepad, which is shown to you with every later scan (your only memory across scans).
         """
         raise AssertionError("declaration only")

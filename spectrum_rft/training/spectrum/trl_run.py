@@ -53,7 +53,9 @@ class Common(RunConfig):
         super().check()
         if self.arm not in ARMS:
             raise ValueError(f"unknown arm {self.arm!r}; choose one of {', '.join(ARMS)}")
-        EnvConfig(preset=self.preset, memory_mode=self.mode, reward=self.reward, prompt=ARMS[self.arm].prompt)
+        env = EnvConfig(preset=self.preset, memory_mode=self.mode, reward=self.reward, prompt=ARMS[self.arm].prompt)
+        # the run record keeps the versions (``default`` -> ``default-v2`` / ``match_iou``), as rows do
+        self.preset, self.reward = env.preset, env.reward
         episode_for(self.mode, self.episode or None)
         if self.lora_layers < 0:
             raise ValueError("lora_layers must be >= 0")
