@@ -69,3 +69,71 @@ def test_compare_command(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         S.main([])
     assert e.value.code == 2
+
+
+def test_other_echo_histories_are_refused_and_old_files_read_as_memoryless():
+    new = {**_result([0.1, 0.2]), "echo_history": "accumulate"}
+    old = _result([0.1, 0.2])  # made before the column: the memoryless prefix of RESULTS section 10
+    with pytest.raises(S.Unpaired, match="echo histories accumulate / memoryless"):
+        S.paired_difference(new, old)
+    assert S.paired_difference({**old, "echo_history": "memoryless"}, old)["score"]["n"] == 2
+    assert S.paired_difference(old, old)["beyond_current"] == {"mean": None, "se": None, "n": 0}  # no metric yet
+
+
+# --- the held-out rule (memory-report --panel-*): synthetic panels of scan-eval results ---------------------
+
+def _panel(beyond, temperature=0, constrained=True, n=64):
+    records = [{"row_id": f"r{i}", "scan": 1 + i % 12, "valid": True, "score": 0.2 + b, "gain_vs_memoryless": b,
+                "gain_valid": b, "echo_copy": 0.5, "beyond_current": b} for i, b in enumerate(beyond[:n])]
+    return {"arm": "weak-scaffold", "scans": len(records), "temperature": temperature, "constrained": constrained,
+            "echo_history": "accumulate", "records": records}
+
+
+def _noise(seed, n=64, sd=0.02):
+    import random
+
+    rng = random.Random(seed)
+    return [rng.gauss(0.0, sd) for _ in range(n)]
+
+
+@pytest.mark.parametrize("warm_lift,real_lift,ctrl_lift,expected", [
+    (0.0, [0.10, 0.12, 0.09], [0.01, 0.02, 0.0], "learned"),
+    (0.0, [0.01, -0.01, 0.0], [0.0, 0.0, 0.01], "not learned"),
+    (0.0, [0.10, 0.12, 0.09], [0.15, 0.16, 0.12], "not learned"),  # the control gained more
+    (0.10, [0.12, 0.13, 0.05], [0.0, 0.0, 0.0], "inconclusive"),  # d clears 2 SE, but seed 2 is below the warm start
+])
+def test_panel_verdict_follows_the_rule(warm_lift, real_lift, ctrl_lift, expected):
+    from spectrum_rft.training.spectrum.memory_report import panel_verdict
+
+    warm = _panel([0.05 + warm_lift + x for x in _noise(99)])
+    real = {s: _panel([0.05 + lift + x for x in _noise(s)]) for s, lift in enumerate(real_lift)}
+    ctrl = {s: _panel([0.05 + lift + x for x in _noise(100 + s)]) for s, lift in enumerate(ctrl_lift)}
+    v = panel_verdict(warm, real, ctrl)
+    ds = [x["d"] for x in v["seeds"]]
+    assert [x["seed"] for x in v["seeds"]] == [0, 1, 2] and all(x["scans"] == 64 for x in v["seeds"])
+    assert v["d"] == pytest.approx(statistics.mean(ds)) and v["se"] == pytest.approx(statistics.stdev(ds) / math.sqrt(3))
+    assert v["verdict"] == expected, v
+    assert (v["d"] > v["threshold"]) == (expected != "not learned")
+
+
+def test_panel_refuses_what_the_rule_does_not_allow(tmp_path, capsys):
+    from spectrum_rft.training.spectrum import memory_report as M
+
+    warm = _panel(_noise(1))
+    with pytest.raises(S.Unpaired, match="greedy under the grammar"):
+        M.panel_verdict(warm, {0: _panel(_noise(2), temperature=1.0)}, {0: _panel(_noise(3))})
+    with pytest.raises(S.Unpaired, match="needs >= 64"):
+        M.panel_verdict(warm, {0: _panel(_noise(2), n=10)}, {0: _panel(_noise(3))})
+    assert M.panel_verdict(warm, {0: _panel(_noise(2))}, {0: _panel(_noise(3))})["verdict"] == "inconclusive"
+    files = {}
+    for name, res in [("warm", warm), ("r0", _panel(_noise(4))), ("r1", _panel(_noise(5))), ("c0", _panel(_noise(6))),
+                      ("c1", _panel(_noise(7)))]:
+        files[name] = tmp_path / f"{name}.json"
+        files[name].write_text(json.dumps({"model": name, "results": [res]}))
+    argv = ["--panel-warm", str(files["warm"]), "--panel-real", f"0={files['r0']}", "--panel-real", f"1={files['r1']}",
+            "--panel-control", f"0={files['c0']}", "--panel-control", f"1={files['c1']}"]
+    assert M.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "seed 0: d" in out and "seed 1: d" in out and "verdict (held-out, primary): NOT LEARNED" in out
+    assert M.main(["--panel-warm", str(files["warm"]), "--panel-real", "zero=x.json"]) == 2
+    assert "expected SEED=FILE" in capsys.readouterr().err

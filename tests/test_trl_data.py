@@ -1,6 +1,7 @@
 """Scan episodes of the TRL adapter and the datasets built on them (fast: no model is run).
 
-* a scan episode plays scans 1..k-1 with the memoryless policy and gives the model scan k alone; the
+* a scan episode plays scans 1..k-1 with the row's echo_history policy (accumulate: the echo carries every
+  earlier peak; identical prefixes in the real and the scrambled arm) and gives the model scan k alone; the
   reward is scan k's env score, calls after it are refused, the memoryless reference is that policy's
   score on the same scan;
 * memory pays in this shape with the real echo and not with the scrambled one (why the evidence run
@@ -11,6 +12,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -94,10 +96,73 @@ def _carry_echo_gain(mode: str, n: int = 66) -> float:
 
 
 def test_memory_pays_per_scan_with_the_real_echo_only():
-    """Reporting the current peaks plus the echo beats memoryless by a lot with the real echo and by
-    about nothing with the scrambled one: the per-scan task has the contrast the evidence run tests."""
+    """Reporting the current peaks plus the echo beats memoryless by a lot with the real echo and not at all
+    with the scrambled one (copying random centres costs under match_iou): the per-scan task has the
+    contrast the evidence run tests."""
     real, scrambled = _carry_echo_gain("scaffold"), _carry_echo_gain("scrambled")
-    assert real > 0.08 and abs(scrambled) < 0.04 and real > scrambled + 0.06, (real, scrambled)
+    assert real > 0.2 and scrambled < 0.01 and real > scrambled + 0.2, (real, scrambled)
+
+
+def _prefix(row):
+    env = SpectrumToolEnv()
+    obs = env.reset(**row)
+    return env, parse_scan(obs)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 10**6), st.integers(2, 12))
+def test_the_echo_carries_every_earlier_peak_and_the_arms_share_the_prefix(i, k):
+    """echo_history accumulate: scans 1..k-1 are played by the accumulate policy over the peaks alone, so the
+    real arm's echo at scan k is the accumulated report, the control's echo has the same count, and both arms
+    scored identical prefix reports; memoryless: the echo is the previous scan's peaks."""
+    real, ctrl = (grpo_rows(1, prompt="weak", memory_mode=m, salt=f"e{i}")[0] for m in ("scaffold", "scrambled"))
+    real, ctrl = {**real, "scan": k}, {**ctrl, "scan": k}
+    assert real["echo_history"] == "accumulate"
+    env_r, scan_r = _prefix(real)
+    env_c, scan_c = _prefix(ctrl)
+    from spectrum_rft.baselines.policies import make_policy  # noqa: PLC0415
+    from spectrum_rft.task.environment import SpectrumEnv  # noqa: PLC0415
+
+    acc = make_policy("accumulate")
+    plain = SpectrumEnv(env_r._env.config)  # noqa: SLF001 (a scripted replay of the same band)
+    obs, _ = plain.reset(env_r._env.metrics()["seed"])  # noqa: SLF001
+    peaks_seen = []
+    for _ in range(k - 1):
+        sc = parse_scan(obs["prompt"])
+        peaks_seen += [p[0] for p in sc.peaks]
+        acc.observe(dataclasses.replace(sc, echo=None))
+        obs, *_ = plain.step({"center_freqs": acc.act()["center_freqs"]})
+    assert scan_r.echo == [round(c, 1) for c in sorted(acc.act()["center_freqs"])]
+    assert all(any(abs(p - e) <= 4.0 for e in scan_r.echo) for p in peaks_seen) or len(scan_r.echo) == 16
+    assert len(scan_c.echo) == len(scan_r.echo)
+    sizes = [[r["report_size"] for r in e._env.scan_records()] for e in (env_r, env_c)]  # noqa: SLF001
+    assert sizes[0] == sizes[1]
+    old = {**real, "echo_history": "memoryless"}
+    _, scan_m = _prefix(old)
+    prev = parse_scan(SpectrumEnv(env_r._env.config).reset(env_r._env.metrics()["seed"])[0]["prompt"])  # noqa: SLF001
+    if k == 2:
+        assert scan_m.echo == [round(p[0], 1) for p in sorted(prev.peaks)]
+    legacy = {key: v for key, v in real.items() if key != "echo_history"}  # rows made before the column
+    assert _prefix(legacy)[1].echo == scan_m.echo
+
+
+def test_beyond_current_is_what_a_report_earns_beyond_the_current_peaks():
+    """The memoryless report earns nothing beyond its own peaks; a report that adds a transmitter the scan does
+    not show earns exactly that centre's part; a guess on nothing costs."""
+    row = {**_rows(1, salt="beyond")[0], "scan": 7}
+    env, scan = _prefix(row)
+    truth = env._env.truth()  # noqa: SLF001 (the test picks a transmitter the scan does not show)
+    ml = memoryless_report(env._env.observation()["prompt"])["center_freqs"]  # noqa: SLF001
+    hidden = next(c for c, w in truth if all(abs(c - p[0]) > 4.0 + w / 2 for p in scan.peaks))
+    nothing = next(x for x in (719.5, 0.5, 360.5) if all(abs(x - c) > w / 2 + 4.0 for c, w in truth))
+    for extra, sign in (([], 0), ([hidden], 1), ([nothing], -1)):
+        judge = _prefix(row)[0]
+        judge.submit_report(center_freqs=ml + extra)
+        m = judge.metrics()
+        only = _prefix(row)[0]
+        only.submit_report(center_freqs=ml)
+        assert m["beyond_current"] == pytest.approx(m["score"] - only.metrics()["score"])
+        assert (m["beyond_current"] > 0) == (sign > 0) and (m["beyond_current"] < 0) == (sign < 0)
 
 
 def test_reward_function_logs_the_batch_memory_gain():
@@ -150,3 +215,19 @@ def test_sft_conversation_is_what_grpo_renders(tokenizer, mode, prompt):
     full = tokenizer.apply_chat_template(msgs, tools=json.loads(conv["tools"]), tokenize=False)
     assert '<tool_call>\n{"name": "submit_report", "arguments": {"center_freqs": [' in full
     assert 0.0 < conv["score"] < 0.5
+
+
+def test_channel_value_measures_perfect_use_of_the_echo(capsys):
+    """``spectrum-rft channel``: on the same bands and scans, perfect use of the real echo pays a lot, of the
+    scrambled one nothing; the accumulated echo is worth more than the previous scan's peaks alone."""
+    from spectrum_rft.training.spectrum.channel import channel_value, main
+
+    acc = channel_value(40, salt="chan", echo_history="accumulate")
+    prev = channel_value(40, salt="chan", echo_history="memoryless")
+    assert acc["memoryless"]["mean"] == prev["memoryless"]["mean"]  # the same scans, the same memoryless report
+    real, ctrl = acc["weak-scaffold"]["gain"]["mean"], acc["weak-scrambled"]["gain"]["mean"]
+    assert real > 0.2 and ctrl < 0.02 and acc["real_minus_control"]["mean"] == pytest.approx(real - ctrl)
+    assert prev["weak-scaffold"]["gain"]["mean"] < real
+    assert acc["weak-scaffold"]["beyond_current"]["mean"] > 0.2
+    assert main(["--rows", "5", "--salt", "chan"]) == 0 and "real - control (paired)" in capsys.readouterr().out
+    assert main(["--rows", "5", "--arm", "memoryless"]) == 2 and "shows no echo" in capsys.readouterr().err

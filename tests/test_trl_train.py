@@ -128,6 +128,10 @@ def test_config_file_and_flags(tmp_path):
         load_config(R.GrpoConfig, ["--config", str(cfg_file)], "t", "t")
     with pytest.raises(ValueError, match="group must be >= 2"):
         load_config(R.GrpoConfig, ["--group", "1"], "t", "t")
+    with pytest.raises(ValueError, match="unknown echo_history"):
+        load_config(R.GrpoConfig, ["--echo-history", "oracle"], "t", "t")
+    cfg = load_config(R.GrpoConfig, [], "t", "t")
+    assert (cfg.echo_history, cfg.preset, cfg.reward) == ("accumulate", "default-v2", "match_iou")  # recorded resolved
     with pytest.raises(ValueError, match="leak"):  # ICL-off memory + whole conversations in context
         load_config(R.GrpoConfig, ["--episode", "full"], "t", "t")
     with pytest.raises(ValueError, match="one scan at a time"):

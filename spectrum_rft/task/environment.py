@@ -346,7 +346,7 @@ class SpectrumEnv:
             empty = sr.score_scan([], s.truth_merged, s.episode.band, centres=[], truth=s.truth_intervals)
             records += [
                 sr.ScanRecord(i + 1, empty.reward(self.config.reward), empty.occ, empty.avail, True, 0, 0, 0, 0, 0,
-                              match=empty.match)
+                              match=empty.match, current_part=empty.reward(self.config.reward))
                 for i in range(len(records), self.n_scans)
             ]
         m = sr.episode_metrics(records)
@@ -389,6 +389,7 @@ class SpectrumEnv:
         sc = sr.score_scan(report, s.truth_merged, ep.band, centres=centres, truth=s.truth_intervals)
         reward = sc.reward(self.config.reward)
         scan = ep.scans[s.scan]
+        current_part = self._current_part(scan, centres, widths, reward)
         dormant_seen = s.seen.difference(scan.active)
         covered = 0
         if dormant_seen and report:
@@ -400,7 +401,7 @@ class SpectrumEnv:
         echo_kept = sum(1 for e in echo if _near(now, e, self.config.carry_tolerance))
         s.records.append(
             sr.ScanRecord(s.scan + 1, reward, sc.occ, sc.avail, skipped, len(centres), len(dormant_seen), covered,
-                          len(s.prev_report), kept, len(echo), echo_kept, sc.match)
+                          len(s.prev_report), kept, len(echo), echo_kept, sc.match, current_part)
         )
         s.seen.update(scan.detected)
         s.prev_report = now
@@ -410,6 +411,21 @@ class SpectrumEnv:
         info = {"advanced": True, "error": None, "scan": s.scan, "reward": reward, "occ": sc.occ,
                 "avail": sc.avail, "match": sc.match, "skipped": skipped}
         return self.observation(), reward, self.done, False, info
+
+    def _current_part(self, scan: Scan, centres: list[float], widths: list[float], reward: float) -> float:
+        """The reward of the report restricted to its centres within half a region width of one of this scan's
+        peaks: what the scan alone could have told. ``reward - current_part`` is ``beyond_current``."""
+        s = self._s
+        assert s is not None
+        half = 0.5 * (self.preset.report_width or self.preset.default_width)
+        peaks = sorted(p.freq for p in scan.peaks)
+        keep = [i for i, c in enumerate(centres) if _near(peaks, c, half)]
+        if len(keep) == len(centres):
+            return reward
+        cs, ws = [centres[i] for i in keep], [widths[i] for i in keep]
+        sub = sr.score_scan(sr.report_intervals(cs, ws, s.episode.band), s.truth_merged, s.episode.band,
+                            centres=cs, truth=s.truth_intervals)
+        return sub.reward(self.config.reward)
 
     def _make_echo(self) -> list[float] | None:
         """The memory echo for the open scan: the previous report (scaffold), or a same-size report of

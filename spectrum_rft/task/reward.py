@@ -232,6 +232,7 @@ class ScanRecord:
     #                      scrambled: seeded random centres): the same quantity in both arms
     echo_kept: int = 0  # ... of which this report reproduces (within the carry tolerance, half a width)
     match: float = 0.0  # match_iou of the report (whatever the reward; a diagnostic beside occ and avail)
+    current_part: float = 0.0  # the reward of the report's centres near a current peak alone (see beyond_current)
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__slots__}
@@ -253,6 +254,9 @@ def episode_metrics(records: Sequence[ScanRecord]) -> dict:
         "mean_occ": mean_or([r.occ for r in records], 0.0),
         "mean_avail": mean_or([r.avail for r in records], 0.0),
         "mean_match": mean_or([r.match for r in records], 0.0),
+        # what a report earns beyond its centres at the scan's own peaks: memory's part (or a guess's); 0 for
+        # the memoryless report by construction
+        "beyond_current": mean_or([r.reward - r.current_part for r in records], 0.0),
         "early_mean": early,
         "late_mean": late,
         "memory_gain": (late - early) if early is not None and late is not None else None,

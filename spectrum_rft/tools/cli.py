@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sft": ("spectrum_rft.training.spectrum.trl_run:sft_main", "TRL SFT warm start on memoryless trajectories"),
     "train": ("spectrum_rft.training.train_cli:train_command", "GRPO on TRL: the spectrum task; --task gsm8k: the GSM8K score-centring card"),
     "scan-eval": ("spectrum_rft.training.spectrum.scan_eval:main", "a checkpoint on scan episodes: valid-report rate, gain, echo_copy"),
+    "channel": ("spectrum_rft.training.spectrum.channel:main", "what a scan episode's memory channel is worth (before any run)"),
     "memory-report": ("spectrum_rft.training.spectrum.memory_report:main", "TRL runs: did GRPO teach memory? (real echo vs control)"),
     "serve-hf": ("spectrum_rft.training.spectrum.serve:main", "serve a Hugging Face checkpoint OpenAI-compatibly"),
     "train-report": ("spectrum_rft.training.card.report:main", "compare training runs: peak/final accuracy, verdict"),

@@ -30,6 +30,16 @@ completions that reproduce more of the echo score higher, so GRPO pushes towards
 
 Held-out evaluations (``--heldout NAME=SUMMARY.json``, from ``spectrum-rft eval --json``) are tabulated
 beside it.
+
+**The held-out rule** (issue 28, fixed before the runs it judges; :func:`panel_verdict`), the primary one from
+evidence v3 on, with the rule above as secondary. Metric: ``beyond_current`` = a report's score minus the
+score of the same report restricted to its centres within half a width of a current peak (the env records
+it per scan). Panel: ``spectrum-rft scan-eval`` of every checkpoint on the same >= 64 held-out scan episodes
+of the real-echo arm, greedy (temperature 0) under the grammar (``--panel-warm``, ``--panel-real SEED=FILE``,
+``--panel-control SEED=FILE``). Per seed s, paired by scan: ``d_s`` = mean beyond_current(real_s) -
+beyond_current(control_s), ``u_s`` = mean beyond_current(real_s) - beyond_current(warm start). **LEARNED** if
+mean d_s > 2 SE (SE = sd of d_s / sqrt(n seeds)), d_s > 0 and u_s > 0 in every seed; **NOT LEARNED** if mean
+d_s <= 2 SE; otherwise INCONCLUSIVE (and with fewer than 2 seeds in both arms).
 """
 
 from __future__ import annotations
@@ -42,6 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from spectrum_rft.common.stats import mean, standard_error, thirds
+from spectrum_rft.training.spectrum.scan_eval import Unpaired, load_result, paired_difference
 
 CURVES = ("score", "late_score", "gain_vs_memoryless", "gain_valid", "echo_copy", "carry_rate", "valid")
 GAIN, ECHO = "gain_valid", "echo_copy"  # the verdict's two metrics
@@ -152,6 +163,62 @@ def verdict(real: list[TrlRun], control: list[TrlRun]) -> dict:
     return {**out, "verdict": v, "why": why}
 
 
+PANEL_MIN_SCANS = 64
+PANEL_METRIC = "beyond_current"
+
+
+def check_panel(result: dict, name: str, min_scans: int = PANEL_MIN_SCANS) -> None:
+    """A scan-eval result fit for the held-out panel: greedy, under the grammar, enough scans, the metric
+    recorded. Raises :class:`Unpaired` (one line) otherwise."""
+    if result.get("temperature") != 0 or not result.get("constrained"):
+        raise Unpaired(f"{name}: the panel is greedy under the grammar (scan-eval --temperature 0 --constrained), "
+                       f"got temperature {result.get('temperature')}, constrained {result.get('constrained')}")
+    if result.get("scans", 0) < min_scans:
+        raise Unpaired(f"{name}: {result.get('scans')} scans; the panel needs >= {min_scans}")
+    if any(PANEL_METRIC not in r for r in result.get("records", [])):
+        raise Unpaired(f"{name}: its records have no {PANEL_METRIC} (made before the metric existed)")
+
+
+def panel_verdict(warm: dict, real: dict[int, dict], control: dict[int, dict],
+                  min_scans: int = PANEL_MIN_SCANS) -> dict:
+    """The held-out rule (module docstring) over scan-eval results: the warm start's, and each seed's real-arm
+    and control checkpoint's, all on the same scans. Every number it used is in the result."""
+    for name, r in [("warm start", warm), *[(f"real s{k}", v) for k, v in real.items()],
+                    *[(f"control s{k}", v) for k, v in control.items()]]:
+        check_panel(r, name, min_scans)
+    rows = []
+    for s in sorted(set(real) & set(control)):
+        d = paired_difference(control[s], real[s])[PANEL_METRIC]
+        u = paired_difference(warm, real[s])[PANEL_METRIC]
+        rows.append({"seed": s, "d": d["mean"], "d_se": d["se"], "u": u["mean"], "u_se": u["se"], "scans": d["n"]})
+    out: dict = {"rule": "LEARNED if mean d_s > 2 SE, d_s > 0 and u_s > 0 in every seed; NOT LEARNED if mean "
+                         "d_s <= 2 SE; else INCONCLUSIVE", "metric": PANEL_METRIC, "seeds": rows}
+    if len(rows) < 2:
+        return {**out, "verdict": "inconclusive", "why": f"needs >= 2 seeds in both arms (have {len(rows)})"}
+    ds = [x["d"] for x in rows]
+    d, se = mean(ds), standard_error(ds)
+    all_d, all_u = all(x["d"] > 0 for x in rows), all(x["u"] > 0 for x in rows)
+    out.update(d=d, se=se, threshold=2 * se, d_positive_in_every_seed=all_d, u_positive_in_every_seed=all_u)
+    if d > 2 * se and all_d and all_u:
+        v, why = "learned", f"mean d = {d:+.4f} > 2 SE = {2 * se:.4f}; d_s > 0 and u_s > 0 in every seed"
+    elif d <= 2 * se:
+        v, why = "not learned", f"mean d = {d:+.4f} <= 2 SE = {2 * se:.4f}"
+    else:
+        v, why = "inconclusive", (f"mean d = {d:+.4f} > 2 SE = {2 * se:.4f}, but not every seed has d_s > 0 "
+                                  f"({all_d}) and u_s > 0 ({all_u})")
+    return {**out, "verdict": v, "why": why}
+
+
+def _seed_files(specs: list[str], flag: str) -> dict[int, dict]:
+    out = {}
+    for spec in specs:
+        seed, sep, path = spec.partition("=")
+        if not sep or not seed.lstrip("s").isdigit():
+            raise ValueError(f"{flag} {spec!r}: expected SEED=FILE (e.g. 0=real-s0.json)")
+        out[int(seed.lstrip("s"))] = load_result(path)
+    return out
+
+
 def plot(runs: list[TrlRun], path: Path) -> Path:
     import matplotlib  # noqa: PLC0415
 
@@ -208,21 +275,45 @@ def fmt(x: float | None, nd: int = 3) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="spectrum-rft memory-report", description=__doc__.split("\n\n")[0])
-    ap.add_argument("runs", nargs="+", help="`spectrum-rft train` run directories (both arms, every seed)")
+    ap.add_argument("runs", nargs="*", help="`spectrum-rft train` run directories (both arms, every seed)")
+    ap.add_argument("--panel-warm", metavar="FILE", help="the held-out panel: the warm start's scan-eval --out file")
+    ap.add_argument("--panel-real", action="append", default=[], metavar="SEED=FILE",
+                    help="the held-out panel: a real-arm checkpoint's scan-eval file (repeatable)")
+    ap.add_argument("--panel-control", action="append", default=[], metavar="SEED=FILE",
+                    help="the held-out panel: a control checkpoint's scan-eval file (repeatable)")
     ap.add_argument("--heldout", action="append", default=[], metavar="NAME=SUMMARY.json",
                     help="a held-out `spectrum-rft eval --json` summary to tabulate (repeatable)")
     ap.add_argument("--png", default=None, help="curves PNG (default: <first run's parent>/memory_curves.png)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
+    if not a.runs and not a.panel_warm:
+        ap.error("give run directories, or a held-out panel (--panel-warm, --panel-real, --panel-control)")
     try:
         runs = [load_run(Path(p)) for p in a.runs]
         held = heldout_table(a.heldout)
-    except (ValueError, OSError, KeyError) as e:
+        panel = panel_verdict(load_result(a.panel_warm), _seed_files(a.panel_real, "--panel-real"),
+                              _seed_files(a.panel_control, "--panel-control")) if a.panel_warm else None
+    except (ValueError, OSError, KeyError, json.JSONDecodeError) as e:  # Unpaired is a ValueError
         print(f"spectrum-rft memory-report: {e}", file=sys.stderr)
         return 2
+    if panel is not None:
+        if a.json and not runs:
+            print(json.dumps({"panel": panel}, indent=2))
+            return 0
+        print("held-out rule (pre-registered, issue 28): per seed, paired by scan, d_s = beyond_current(real_s) - "
+              "beyond_current(control_s), u_s = beyond_current(real_s) - beyond_current(warm start)")
+        for x in panel["seeds"]:
+            print(f"  seed {x['seed']}: d {x['d']:+.4f} (se {fmt(x['d_se'], 4)})  u {x['u']:+.4f} "
+                  f"(se {fmt(x['u_se'], 4)})  {x['scans']} scans")
+        if "d" in panel:
+            print(f"  mean d = {panel['d']:+.4f}, SE = {panel['se']:.4f}, 2 SE = {panel['threshold']:.4f}")
+        print(f"verdict (held-out, primary): {panel['verdict'].upper()} ({panel['why']})")
+        if not runs:
+            return 0
+        print()
     real = [r for r in runs if r.memory_mode == "scaffold"]
     control = [r for r in runs if r.memory_mode == "scrambled"]
-    result = {"runs": [], "heldout": held}
+    result = {"runs": [], "heldout": held, "panel": panel}
     for r in sorted(runs, key=lambda r: (r.memory_mode, r.seed)):
         entry = {"run": str(r.path), "arm": r.arm, "seed": r.seed, "steps": len(r.steps),
                  "zero_std_mean": mean(r.zero_std), "call_freq_mean": mean(r.call_freq), "group_signal": r.group}

@@ -25,13 +25,15 @@ from typing import Any
 
 from spectrum_rft.common.stats import mean, standard_error
 from spectrum_rft.task.arms import ARMS
+from spectrum_rft.training.spectrum.trl_env import ECHO_HISTORIES
 
-SUMMARY_KEYS = ("valid", "score", "gain_vs_memoryless", "gain_valid", "echo_copy")
+SUMMARY_KEYS = ("valid", "score", "gain_vs_memoryless", "gain_valid", "echo_copy", "beyond_current")
 
 
 def evaluate(model_dir: str | Path, *, arm: str = "weak-scaffold", scans: int = 200, temperature: float = 1.0,
              constrained: bool = False, salt: str = "heldout-scan", batch: int = 8, max_new_tokens: int = 160,
-             seed: int = 0, threads: int = 0, model: Any = None, tokenizer: Any = None) -> dict:
+             seed: int = 0, threads: int = 0, model: Any = None, tokenizer: Any = None,
+             echo_history: str = "accumulate") -> dict:
     """``scans`` scan episodes of ``arm``, one completion each: per-scan records and their means."""
     import torch  # noqa: PLC0415
     from trl.chat_template_utils import parse_response  # noqa: PLC0415
@@ -47,7 +49,7 @@ def evaluate(model_dir: str | Path, *, arm: str = "weak-scaffold", scans: int = 
     model = model or load_model(Path(model_dir))
     model.eval()
     rows = grpo_rows(scans, prompt=a.prompt, memory_mode=a.memory_mode, salt=salt, prefix="scan-eval",
-                     episode="scan", scan_in_prompt=True)
+                     episode="scan", scan_in_prompt=True, echo_history=echo_history)
     sampler = scan_sampler(tok, a.memory_mode, constrained=constrained, max_new_tokens=max_new_tokens,
                            vocab_size=model.config.vocab_size)
     records = []
@@ -64,13 +66,15 @@ def evaluate(model_dir: str | Path, *, arm: str = "weak-scaffold", scans: int = 
                             "gain_vs_memoryless": m["gain_vs_memoryless"],
                             "gain_valid": m["gain_vs_memoryless"] if valid else None,
                             "echo_copy": m["echo_copy"] if valid else None,
+                            "beyond_current": m["beyond_current"],
                             "completion": tok.decode(c, skip_special_tokens=False)[:500]})
     summary = {k: mean(float(r[k]) if r[k] is not None else None for r in records) for k in SUMMARY_KEYS}
     return {"arm": arm, "scans": len(records), "temperature": temperature, "constrained": constrained, "salt": salt,
+            "echo_history": echo_history,
             "seconds": round(time.time() - t0, 1), **summary, "records": records}
 
 
-PAIRED_KEYS = ("score", "gain_vs_memoryless", "echo_copy")
+PAIRED_KEYS = ("score", "gain_vs_memoryless", "echo_copy", "beyond_current")
 
 
 class Unpaired(ValueError):
@@ -83,17 +87,20 @@ def paired_difference(base: dict, other: dict) -> dict:
     averages (``echo_copy`` only where both reports were valid and an echo was shown)."""
     a = {(r["row_id"], r["scan"]): r for r in base["records"]}
     b = {(r["row_id"], r["scan"]): r for r in other["records"]}
-    if set(a) != set(b) or base.get("arm") != other.get("arm"):
+    history = base.get("echo_history", "memoryless"), other.get("echo_history", "memoryless")  # older files: memoryless
+    if set(a) != set(b) or base.get("arm") != other.get("arm") or history[0] != history[1]:
         raise Unpaired(f"not the same scans: {len(set(a) ^ set(b))} unmatched of {len(set(a) | set(b))} "
-                       f"(arms {base.get('arm')} / {other.get('arm')}); run both with the same --arm, --scans, --salt")
+                       f"(arms {base.get('arm')} / {other.get('arm')}, echo histories {history[0]} / {history[1]}); run both "
+                       "with the same --arm, --scans, --salt, --echo-history")
     out = {}
     for k in PAIRED_KEYS:
-        diffs = [b[s][k] - a[s][k] for s in sorted(a) if a[s][k] is not None and b[s][k] is not None]
+        diffs = [b[s][k] - a[s][k] for s in sorted(a) if a[s].get(k) is not None and b[s].get(k) is not None]
         out[k] = {"mean": mean(diffs), "se": standard_error(diffs), "n": len(diffs)}
     return out
 
 
-def _load_result(path: str) -> dict:
+def load_result(path: str) -> dict:
+    """The one result (one temperature) of a ``scan-eval --out`` file."""
     results = json.loads(Path(path).read_text())["results"]
     if len(results) != 1:
         raise Unpaired(f"{path} holds {len(results)} results (one temperature each); compare files of one")
@@ -103,8 +110,8 @@ def _load_result(path: str) -> dict:
 def compare_main(paths: list[str]) -> int:
     """``--compare BASE OTHER...``: each OTHER's paired difference from BASE, one line each."""
     try:
-        base = _load_result(paths[0])
-        rows = [(p, paired_difference(base, _load_result(p))) for p in paths[1:]]
+        base = load_result(paths[0])
+        rows = [(p, paired_difference(base, load_result(p))) for p in paths[1:]]
     except (OSError, KeyError, json.JSONDecodeError, Unpaired) as e:
         print(f"spectrum-rft scan-eval --compare: {e}", file=sys.stderr)
         return 2
@@ -126,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--temperature", type=float, action="append", help="repeatable; 0: greedy (default 1.0)")
     ap.add_argument("--constrained", action="store_true", help="sample under the tool-call grammar")
     ap.add_argument("--salt", default="heldout-scan", help="band salt of the rows (training rows use others)")
+    ap.add_argument("--echo-history", default="accumulate", choices=ECHO_HISTORIES,
+                    help="who plays each scan episode's earlier scans (what the echo carries)")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=160)
     ap.add_argument("--threads", type=int, default=0)
@@ -149,12 +158,14 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for t in a.temperature or [1.0]:
         r = evaluate(a.model, arm=a.arm, scans=a.scans, temperature=t, constrained=a.constrained, salt=a.salt,
-                     batch=a.batch, max_new_tokens=a.max_new_tokens, threads=a.threads, model=model, tokenizer=tok)
+                     batch=a.batch, max_new_tokens=a.max_new_tokens, threads=a.threads, model=model, tokenizer=tok,
+                     echo_history=a.echo_history)
         results.append(r)
         fmt = {k: "n/a" if r[k] is None else f"{r[k]:+.3f}" for k in SUMMARY_KEYS}
         print(f"scan-eval {a.model} arm {a.arm} T={t:g}{' constrained' if a.constrained else ''}: {r['scans']} scans, "
               f"valid {fmt['valid']}, score {fmt['score']}, gain vs memoryless {fmt['gain_vs_memoryless']} "
-              f"(valid only {fmt['gain_valid']}), echo_copy {fmt['echo_copy']} [{r['seconds']} s]")
+              f"(valid only {fmt['gain_valid']}), echo_copy {fmt['echo_copy']}, beyond_current "
+              f"{fmt['beyond_current']} [{r['seconds']} s]")
     if a.out:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         Path(a.out).write_text(json.dumps({"model": a.model, "results": results}, indent=1))

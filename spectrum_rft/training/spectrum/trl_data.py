@@ -7,9 +7,11 @@ Two episode shapes (``episode``):
   model's context. Right for memory mode ``icl``; for the ICL-off modes (none, scaffold, scrambled,
   notepad) it would leak the history the mode is meant to hide, so it is refused for them.
 * ``scan``: one row = one scan of an episode (``scan`` k, drawn per row from its id): the adapter plays
-  scans 1..k-1 with the memoryless policy (what the SFT warm start does) and the model sees scan k alone,
-  with the mode's memory in the scan text (the scaffold's echo of the previous report, or the scrambled
-  control's random echo). The ICL-off window of the evaluator, one scan at a time.
+  scans 1..k-1 with the row's ``echo_history`` policy (``accumulate`` by default: the echo then carries
+  every peak seen so far, as a model that keeps its echo would see it; ``memoryless``: the previous scan's
+  peaks only) and the model sees scan k alone, with the mode's memory in the scan text (the scaffold's echo
+  of the previous report, or the scrambled control's random echo of the same count). The ICL-off window of
+  the evaluator, one scan at a time.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from typing import Any
 from spectrum_rft.rollouts.dataset import make_rows
 from spectrum_rft.task.presets import get_preset
 from spectrum_rft.task.seeding import seed_for_row
-from spectrum_rft.training.spectrum.trl_env import SCAN_EPISODE_MODES, memoryless_report, scan_prompt, tool_env_class, tool_names
+from spectrum_rft.training.spectrum.trl_env import (ECHO_HISTORIES, SCAN_EPISODE_MODES, memoryless_report, scan_prompt,
+                                                     tool_env_class, tool_names)
 
 EPISODES = ("scan", "full")
 FINAL_REPLY = "Done."  # what the SFT data answers after the rollout's last tool result
@@ -48,10 +51,14 @@ def scan_of_row(row_id: str, salt: str, n_scans: int) -> int:
 
 
 def grpo_rows(n: int, *, prompt: str, memory_mode: str, preset: str = "default", reward: str = "default",
-              salt: str = "", prefix: str = "trl", episode: str | None = None, scan_in_prompt: bool = False) -> list[dict]:
+              salt: str = "", prefix: str = "trl", episode: str | None = None, scan_in_prompt: bool = False,
+              echo_history: str = "accumulate") -> list[dict]:
     """``n`` rows, each a fresh band: ``prompt`` (system message + an empty user message that TRL completes
     with ``reset``'s scan text; ``scan_in_prompt``: the scan text already in it, for a sampler without a
-    TRL environment), ``row_id``, ``scan`` (0: the whole episode), ``environment_context``."""
+    TRL environment), ``row_id``, ``scan`` (0: the whole episode), ``echo_history`` (who plays a scan
+    episode's earlier scans: :data:`.trl_env.ECHO_HISTORIES`), ``environment_context``."""
+    if echo_history not in ECHO_HISTORIES:
+        raise ValueError(f"unknown echo_history {echo_history!r}; choose one of {', '.join(ECHO_HISTORIES)}")
     episode = episode_for(memory_mode, episode)
     n_scans = get_preset(preset).n_scans
     out = []
@@ -60,6 +67,7 @@ def grpo_rows(n: int, *, prompt: str, memory_mode: str, preset: str = "default",
         out.append({"prompt": [{"role": "system", "content": r["system_prompt"]}, {"role": "user", "content": ""}],
                     "row_id": r["id"],
                     "scan": scan_of_row(r["id"], salt, n_scans) if episode == "scan" else 0,
+                    "echo_history": echo_history,
                     "environment_context": r["environment_context"]})
         if scan_in_prompt:
             out[-1]["prompt"] = scan_prompt(out[-1])

@@ -35,7 +35,8 @@ row. Hence:
   (``log_metric``) and each rollout's row id and band fingerprint logged per completion (``log_extra``).
 
 * **Scan episodes.** A row with ``scan`` = k > 0 (memory modes none, scaffold, scrambled) is one scan of
-  the episode: ``reset`` plays scans 1..k-1 with the memoryless policy (:func:`play_prefix`) and returns
+  the episode: ``reset`` plays scans 1..k-1 with the row's ``echo_history`` policy (:func:`play_prefix`:
+  accumulate, so the echo carries every earlier peak; memoryless for rows without the column) and returns
   scan k; the call that closes it ends the rollout (later calls are refused without touching the env) and
   the reward is scan k's score. TRL keeps the whole conversation in context, so this is how the ICL-off
   modes train without the history they are meant to hide (:mod:`.trl_data`). The memoryless policy's
@@ -50,6 +51,7 @@ trl is pinned (1.16.0, the ``train`` extra); ``tests/test_trl_train.py`` runs th
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import inspect
 from collections.abc import Callable
@@ -61,21 +63,37 @@ from spectrum_rft.task.environment import SpectrumEnv, env_for_row
 from spectrum_rft.task.scan_format import parse_scan
 
 LOGGED_METRICS = ("score", "late_mean", "memory_gain", "dormant_recall", "carry_rate", "echo_copy", "scans_skipped",
-                  "gain_vs_memoryless")
+                  "gain_vs_memoryless", "beyond_current")
 SCAN_EPISODE_MODES = ("none", "scaffold", "scrambled")  # memory that travels inside the scan text only
 
 
 def memoryless_report(scan_text: str) -> dict:
     """The memoryless policy's report on one scan text (its peaks' centres, widths left to the default):
-    what the SFT warm start teaches, and what plays the earlier scans of a scan episode."""
+    what the SFT warm start teaches, and the reference of ``gain_vs_memoryless``."""
     action = make_policy("memoryless").act_on([parse_scan(scan_text)])
     return {"center_freqs": action["center_freqs"]}
 
 
-def play_prefix(env: SpectrumEnv, n: int) -> None:
-    """Play the open episode's next ``n`` scans with :func:`memoryless_report`, one model turn each."""
+# Who plays scans 1..k-1 of a scan episode (the row's ``echo_history``), and so what the echo of scan k
+# carries: ``accumulate`` (every peak seen so far: what a model that keeps the echo and adds each scan's
+# peaks is shown in a whole scaffold episode) or ``memoryless`` (the previous scan's peaks only: the design
+# of RESULTS_memory.md section 10, whose rows carry no such column).
+ECHO_HISTORIES = ("accumulate", "memoryless")
+
+
+def play_prefix(env: SpectrumEnv, n: int, history: str = "accumulate") -> None:
+    """Play the open episode's next ``n`` scans with the ``history`` policy, one model turn each.
+
+    The policy reads each scan's peaks and never the echo, so the real arm (echo: these reports) and the
+    scrambled control (echo: random centres of the same count) submit identical prefixes."""
+    if history not in ECHO_HISTORIES:
+        raise ValueError(f"unknown echo_history {history!r}; choose one of {', '.join(ECHO_HISTORIES)}")
+    policy = make_policy(history)
     for _ in range(n):
-        env.call_tool("submit_report", memoryless_report(env.observation()["prompt"]), first=True, last=True)
+        scan = parse_scan(env.observation()["prompt"])
+        policy.observe(dataclasses.replace(scan, echo=None))
+        action = policy.act()
+        env.call_tool("submit_report", {"center_freqs": action["center_freqs"]}, first=True, last=True)
 
 
 def scan_metrics(env: SpectrumEnv, scan: int, reference: float | None = None) -> dict:
@@ -98,6 +116,7 @@ def scan_metrics(env: SpectrumEnv, scan: int, reference: float | None = None) ->
         report_size=rec["report_size"] if rec else 0,
         dormant_recall=(rec["dormant_covered"] / rec["dormant_eligible"]) if rec and rec["dormant_eligible"] else None,
         carry_rate=(rec["carry_kept"] / rec["carry_prev"]) if rec and rec["carry_prev"] else None,
+        beyond_current=reward - rec["current_part"] if rec else 0.0,
         echo_copy=(rec["echo_kept"] / rec["echo_shown"]) if rec and rec["echo_shown"] else None,
         memoryless_reward=reference,
         gain_vs_memoryless=None if reference is None else reward - reference,
@@ -171,9 +190,10 @@ class SpectrumToolEnv:
             if env.config.memory_mode not in SCAN_EPISODE_MODES:
                 raise ValueError(f"row {row_id!r}: scan episodes need memory_mode {' or '.join(SCAN_EPISODE_MODES)}"
                                  f" (got {env.config.memory_mode!r}: its memory does not travel in the scan text)")
-            play_prefix(env, scan - 1)
+            history = row.get("echo_history") or "memoryless"  # rows made before the column: section 10's design
+            play_prefix(env, scan - 1, history)
             ref = copy.deepcopy(env)
-            play_prefix(ref, 1)
+            ref.call_tool("submit_report", memoryless_report(ref.observation()["prompt"]), first=True, last=True)
             reference = ref.scan_records()[scan - 1]["reward"]
         self._env, self._row_id, self._scan, self._reference = env, row_id, scan, reference
         return env.observation()["prompt"]

@@ -34,7 +34,8 @@ from spectrum_rft.training.trl_common import (GrpoRunConfig, RunConfig, grpo_arg
                                               start_process, start_record)
 from spectrum_rft.training.spectrum.sampler import tool_call_grammar
 from spectrum_rft.training.spectrum.trl_data import episode_for, grpo_rows, scan_sampler, sft_conversation
-from spectrum_rft.training.spectrum.trl_env import judge, message_calls, spectrum_reward, tool_env_class
+from spectrum_rft.training.spectrum.trl_env import (ECHO_HISTORIES, judge, message_calls, spectrum_reward,
+                                                     tool_env_class)
 
 
 @dataclass
@@ -47,6 +48,7 @@ class Common(RunConfig):
     reward: str = "default"
     episode: str = ""  # scan | full ("" = scan for the ICL-off modes, full for icl)
     salt: str = "trl"  # band salt of the training rows (held-out rows use another)
+    echo_history: str = "accumulate"  # who plays a scan episode's earlier scans (trl_env.ECHO_HISTORIES)
     lora_layers: int = 0  # LoRA on the top N decoder layers only (0: all); backward then stops below them
 
     def check(self) -> None:
@@ -57,6 +59,8 @@ class Common(RunConfig):
         # the run record keeps the versions (``default`` -> ``default-v2`` / ``match_iou``), as rows do
         self.preset, self.reward = env.preset, env.reward
         episode_for(self.mode, self.episode or None)
+        if self.echo_history not in ECHO_HISTORIES:
+            raise ValueError(f"unknown echo_history {self.echo_history!r}; choose one of {', '.join(ECHO_HISTORIES)}")
         if self.lora_layers < 0:
             raise ValueError("lora_layers must be >= 0")
 
@@ -167,7 +171,8 @@ def run_sft(cfg: SftConfig) -> dict:
     from trl import SFTConfig, SFTTrainer  # noqa: PLC0415
 
     rows = grpo_rows(cfg.rows, prompt=ARMS[cfg.arm].prompt, memory_mode=cfg.mode, preset=cfg.preset,
-                     reward=cfg.reward, salt=cfg.salt, prefix="sft", episode=cfg.episode or None)
+                     reward=cfg.reward, salt=cfg.salt, prefix="sft", episode=cfg.episode or None,
+                     echo_history=cfg.echo_history)
     convs = [sft_conversation(r) for r in rows]
     scores = [c.pop("score") for c in convs]
     for c in convs:
@@ -269,7 +274,7 @@ def run_train(cfg: GrpoConfig, callbacks: list | None = None) -> dict:
     # every step consumes prompts x processes rows: enough fresh bands that no row is ever replayed
     rows = grpo_rows(cfg.steps * cfg.prompts * PartialState(cpu=cfg.use_cpu).num_processes, prompt=ARMS[cfg.arm].prompt,
                      memory_mode=cfg.mode, preset=cfg.preset, reward=cfg.reward, salt=cfg.salt, prefix=f"grpo-s{cfg.seed}",
-                     episode=episode, scan_in_prompt=cfg.sampler == "group")
+                     episode=episode, scan_in_prompt=cfg.sampler == "group", echo_history=cfg.echo_history)
     calls = EnvConfig().max_calls_per_scan * (1 if episode == "scan" else get_preset(cfg.preset).n_scans)
     tok = load_tokenizer(model_dir)
     micro = cfg.micro_batch or cfg.prompts * cfg.group
