@@ -8,4 +8,4 @@ from spectrum_rft.rollouts.dataset import dataset_adapter, main, make_rows, writ
 __all__ = ["dataset_adapter", "main", "make_rows", "write_jsonl"]
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(prog="make_spectrum_dataset.py"))

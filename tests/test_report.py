@@ -560,3 +560,15 @@ def test_trl_run_directories(tmp_path, capsys):
     (tmp_path / "bad" / "rollouts.jsonl").write_text('{"step": -1, "row_id": "r", "reward": 0.1}\n')
     assert main([str(tmp_path / "bad"), "--png", ""]) == 2
     assert "step must be a non-negative integer" in capsys.readouterr().err
+
+
+def test_the_default_png_goes_to_the_run_not_the_working_folder(tmp_path):
+    from spectrum_rft.tools.report.cli import default_png
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "rows.jsonl").write_text("")
+    assert default_png([str(run / "rows.jsonl")]) == run / "spectrum_report.png"
+    assert default_png([f"weak={run / 'rows.jsonl'}", "x=y"]) == run / "spectrum_report.png"
+    assert default_png([str(run)]) == run / "spectrum_report.png"
+    assert default_png([]) == Path("spectrum_report.png")  # --logs-db only

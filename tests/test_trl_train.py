@@ -205,3 +205,28 @@ def test_two_processes_train_fresh_bands(tmp_path):
     assert len(rollouts) == 4 and len({r["row_id"] for r in rollouts}) == 2
     assert len({r["band_fingerprint"] for r in rollouts}) == 2  # a band per row, the group's candidates share it
     assert len([m for m in lines(run / "metrics.jsonl") if "reward" in m]) == 1
+
+
+def test_scan_eval_reports_progress_with_time_left(sft_run, capsys):
+    from spectrum_rft.training.spectrum.scan_eval import evaluate
+
+    r = evaluate(sft_run / "model", scans=2, batch=1, temperature=0.0, constrained=True, threads=2,
+                 max_new_tokens=64)
+    err = capsys.readouterr().err
+    assert "scan-eval: 1/2 scans" in err and "scan-eval: 2/2 scans" in err and "s left" in err
+    assert r["scans"] == 2 and r["echo_history"] == "accumulate" and all("beyond_current" in x for x in r["records"])
+
+
+def test_step_line_gives_time_left_from_the_steps_this_process_ran():
+    from spectrum_rft.training.trl_common import step_line
+
+    assert step_line(3, 10, 0, 30.0) == "step 3/10, 30 s, ~70 s left"
+    assert step_line(6, 10, 4, 20.0) == "step 6/10, 20 s, ~40 s left"  # resumed at step 4: 2 steps in 20 s
+    assert step_line(4, 10, 4, 0.0) == "step 4/10, 0 s"
+
+
+def test_a_bad_model_is_one_line_before_any_work(tmp_path, capsys):
+    assert R.train_main(["--model", "nosuch", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "--model 'nosuch': not 'smollm2'" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "r").exists()

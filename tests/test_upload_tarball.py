@@ -115,6 +115,35 @@ def test_tarball_holds_the_whole_package_and_the_entry_points(tarball):
     assert upload["body"]["tarball"] == f"{ROOT.name}.tar.gz"
 
 
+def test_the_tarball_is_the_evaluator_and_nothing_else(tarball):
+    """No run records (LoRA weights), docs, tests, scripts or plots: only the package, the root modules, the
+    template shim, the shipped datasets and the install files."""
+    data, _ = tarball
+    rel = [n.split("/", 1)[1] for n in _names(data)]
+    allowed_roots = {"spectrum_rft", "spectrum_templates", "data"}
+    for r in rel:
+        head, _, rest = r.partition("/")
+        assert (head in allowed_roots and rest) or (not rest and (r.endswith(".py") or r in (
+            "requirements.txt", "pyproject.toml", "LICENSE", "README.md"))), r
+        assert not r.endswith((".safetensors", ".png", ".bin", ".pt", ".gguf")), r
+    assert len(data) < 400_000 and len(rel) < 150  # the evaluator is small; the whole root was 49 MB
+
+
+def test_the_file_list_ignores_what_is_not_the_evaluator(tmp_path):
+    from spectrum_rft.tools.launch.tarball import source_files
+
+    for rel, body in [("spectrum_rft/__init__.py", ""), ("spectrum_rft/task/templates/scan.j2", "x"),
+                      ("spectrum_rft/task/stray.png", "x"), ("results/run/adapter/adapter_model.safetensors", "w"),
+                      ("docs/LAUNCH.md", "d"), ("tests/test_x.py", ""), ("spectrum_report.png", "p"),
+                      ("test_spectrum_turn.py", ""), ("requirements.txt", "numpy"), ("data/rows.jsonl", "{}"),
+                      ("data/big.safetensors", "w"), ("spectrum_rft/__pycache__/x.pyc", "c"), (".env", "KEY=1"),
+                      ("runs/sft/model/model.safetensors", "w")]:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(body)
+    assert source_files(tmp_path) == ["data/rows.jsonl", "requirements.txt", "spectrum_rft/__init__.py",
+                                      "spectrum_rft/task/templates/scan.j2", "test_spectrum_turn.py"]
+
+
 def test_entries_import_from_an_extracted_copy_in_a_clean_process(tarball, tmp_path):
     data, _ = tarball
     dest = tmp_path / "extracted"

@@ -38,7 +38,11 @@ ROW_PRESETS: tuple[str, ...] = tuple(name for name in PRESET_NAMES if not get_pr
 
 def check_row_preset(preset: str) -> None:
     """Refuse, in one line, a preset that rows with row-hash seeds cannot play (unknown names included)."""
-    if get_preset(preset).seed_is_run_index:
+    try:
+        p = get_preset(preset)
+    except ValueError:
+        raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(ROW_PRESETS)}") from None
+    if p.seed_is_run_index:
         raise ValueError(f"preset {preset!r} plays a fixed schedule by run index, which generated rows (seeded from "
                          f"their ids) cannot pin: run it with `spectrum-rft bench90`; rows take "
                          f"{', '.join(ROW_PRESETS)}")
@@ -115,8 +119,8 @@ def write_jsonl(rows: Iterable[dict], path: str | Path) -> Path:
     return path
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="make_spectrum_dataset.py", description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None, prog: str = "spectrum-rft dataset") -> int:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=48, help="rows per epoch")
     ap.add_argument("--out", required=True)
     ap.add_argument("--prompt", choices=PROMPT_VARIANTS, default="explicit")
@@ -139,7 +143,13 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(str(e))
     if a.format == "evaluation-row":
         rows = [to_evaluation_row_dict(r) for r in rows]
-    path = write_jsonl(rows, a.out)
+    if Path(a.out).is_dir():
+        ap.error(f"--out {a.out} is a folder; give a file name (e.g. {Path(a.out) / 'rows.jsonl'})")
+    try:
+        path = write_jsonl(rows, a.out)
+    except OSError as e:
+        print(f"{ap.prog}: cannot write --out {a.out}: {e.strerror or e}", file=sys.stderr)
+        return 2
     print(f"wrote {len(rows)} rows to {path}", file=sys.stderr)
     return 0
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from typing import Any, Sequence
 
@@ -332,6 +333,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--completion-params is not JSON: {e}")
     if extra is not None and not isinstance(extra, dict):
         ap.error("--completion-params must be a JSON object")
+    if a.model.startswith("openai/") and (extra or {}).get("api_base") and "api_key" not in extra \
+            and not os.environ.get("OPENAI_API_KEY"):
+        # a keyless OpenAI-compatible server (llama.cpp, vLLM, serve-hf): litellm insists on a key; eval's child
+        # gets the same placeholder (tools/evaluation/runner.child_env). Passed, never set in the environment.
+        extra = {**extra, "api_key": "dummy"}
     if a.via == "processor" or policy_name(a.model) is None:
         import litellm  # noqa: PLC0415
 

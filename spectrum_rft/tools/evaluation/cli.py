@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from contextlib import ExitStack
@@ -30,6 +31,9 @@ def _parse_param(text: str) -> tuple[str, Any]:
         return k, json.loads(v)
     except ValueError:
         return k, v
+
+
+MAX_ROWS = 100_000  # bands per model in one run: a dataset that size is written in seconds
 
 
 def _count(text: str) -> int:
@@ -93,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="extra completion param for non-baseline models (value parsed as JSON if it can be)")
     ap.add_argument("--salt", default="", help="band salt (rows are reproducible for a given salt)")
     ap.add_argument("--out", default=None, help="results folder (default: runs/eval/<path>-<time>)")
+    ap.add_argument("--overwrite", action="store_true", help="replace the run an existing --out folder holds")
     ap.add_argument("--timeout", type=_seconds, default=1800.0,
                     help="seconds per model (> 0); the run is stopped after this times the number of models, "
                          "keeping the rows that finished, and exits 1")
@@ -178,6 +183,7 @@ def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset:
     from spectrum_rft.rollouts.dataset import check_row_preset, default_memory_mode  # noqa: PLC0415
     from spectrum_rft.task.config import EnvConfig  # noqa: PLC0415
 
+    started = time.monotonic()  # the timeout counts from here: building the dataset is part of the run
     memory_mode = memory_mode or default_memory_mode(prompt)
     check_row_preset(preset)
     cfg = EnvConfig(preset=preset, memory_mode=memory_mode, reward=reward, prompt=prompt,  # validate before any work
@@ -185,10 +191,11 @@ def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset:
     preset, reward = cfg.preset, cfg.reward  # the versions (default -> default-v2 / match_iou), as the rows record
     if rows < 1 or concurrency < 1 or not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
         raise ValueError("rows and concurrency must be >= 1 and timeout a finite number of seconds > 0")
+    if rows > MAX_ROWS:
+        raise ValueError(f"--rows {rows} is more than {MAX_ROWS} bands per model; run it in parts (--salt, --out)")
     out.mkdir(parents=True, exist_ok=True)
     dataset = write_dataset(out / "dataset.jsonl", rows, preset=preset, memory_mode=memory_mode, reward=reward,
                             prompt=prompt, salt=salt, max_calls_per_scan=max_calls_per_scan)
-    started = time.monotonic()
     bar = Progress(len(specs), rows, path, enabled=progress)
     dogs = list(watchdogs)
     with ExitStack() as stack:
@@ -198,7 +205,8 @@ def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset:
         bar.model(0, specs[0].label)
         try:
             run = run_models(path, specs, dataset, rows, concurrency=concurrency, log_path=out / "pytest.log",
-                             timeout=timeout * len(specs), keep_ep_logs=keep_ep_logs, progress=bar, watchdogs=dogs)
+                             timeout=max(1.0, timeout * len(specs) - (time.monotonic() - started)),
+                             keep_ep_logs=keep_ep_logs, progress=bar, watchdogs=dogs)
         finally:
             bar.finish()
     wall = round(time.monotonic() - started, 2)
@@ -206,8 +214,9 @@ def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset:
     models, cut_off = write_model_rows(specs, run, ids, rows, out / "rows.jsonl")
     displays = {s.label: s.display for s in specs}
     plot = None
-    if run.stopped != "interrupted":  # after Ctrl-C: keep the rows and go, no figure
-        plot = str(plot_per_scan({displays[k]: v["per_scan_reward"] for k, v in models.items()},
+    curves = {displays[k]: v["per_scan_reward"] for k, v in models.items() if v.get("per_scan_reward")}
+    if run.stopped != "interrupted" and curves:  # after Ctrl-C, or with no row scored: no (blank) figure
+        plot = str(plot_per_scan(curves,
                                  out / "per_scan_reward.png",
                                  f"{path} path, preset {preset}, memory {memory_mode}, reward {reward}, {rows} rows"))
     summary = {
@@ -290,6 +299,22 @@ def report(summary: dict[str, Any], *, as_json: bool = False) -> int:
     return 1 if failed or stopped else 0
 
 
+def out_problem(out: Path, overwrite: bool) -> str | None:
+    """Why ``--out`` cannot take this run (one line), or None after making the folder. A folder that holds a
+    run is never replaced silently."""
+    if out.exists() and not out.is_dir():
+        return f"--out {out} is a file; give a folder"
+    if (out / "rows.jsonl").exists() and not overwrite:
+        return f"--out {out} already holds a run (rows.jsonl): give another folder, or --overwrite to replace it"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        return f"cannot create --out {out}: {e.strerror or e}"
+    if not os.access(out, os.W_OK | os.X_OK):
+        return f"--out {out} is not writable"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     a = ap.parse_args(argv)
@@ -304,6 +329,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         ap.error(str(e))
     out = Path(a.out) if a.out else PROJECT_ROOT / "runs" / "eval" / f"{a.path}-{time.strftime('%Y%m%d-%H%M%S')}"
+    problem = out_problem(out, a.overwrite)
+    if problem:
+        print(f"spectrum-rft eval: {problem}", file=sys.stderr)
+        return 2
     try:
         summary = run_eval(specs, path=a.path, rows=a.rows, out=out, preset=a.preset, memory_mode=a.memory_mode,
                            reward=a.reward, prompt=a.prompt, salt=a.salt, max_calls_per_scan=a.max_calls_per_scan,

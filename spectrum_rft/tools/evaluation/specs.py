@@ -43,6 +43,24 @@ def _is_policy_name(name: str) -> bool:
     return True
 
 
+def _check_bare_name(name: str) -> None:
+    """A bare model name (no ``provider/``) that is neither a policy nor ``local`` must be one litellm knows
+    (``litellm.model_cost``), or the run would fail at its first request, minutes later: refuse it now, with
+    the closest policy name when it looks like a typo of one."""
+    import difflib  # noqa: PLC0415
+
+    import litellm  # noqa: PLC0415
+
+    from spectrum_rft.baselines.policies import POLICY_NAMES  # noqa: PLC0415
+
+    if name in litellm.model_cost:
+        return
+    close = difflib.get_close_matches(name, ["local", *[p for p in POLICY_NAMES if "-" not in p]], n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise ValueError(f"unknown model {name!r}: {hint}not a baseline policy ({', '.join(POLICY_NAMES)}), not 'local', "
+                     "and not a model litellm knows; name a served model with its provider (openai/NAME with --api-base)")
+
+
 def model_specs(names: Sequence[str], *, api_base: str | None = None, tool_choice: str | None = None,
                 extra: dict[str, Any] | None = None) -> list[ModelSpec]:
     """Model names -> specs. A bare policy name (``accumulate``, ``carpet-16``) means ``spectrum/<name>``;
@@ -61,6 +79,8 @@ def model_specs(names: Sequence[str], *, api_base: str | None = None, tool_choic
                 raise ValueError(f"unknown baseline policy model {model!r}")
             specs.append(ModelSpec(model, {"model": model}))
             continue
+        if "/" not in model:
+            _check_bare_name(model)
         params: dict[str, Any] = {"model": model, **(extra or {})}
         if api_base:
             params["api_base"] = api_base

@@ -82,7 +82,8 @@ def firectl_lines(plan: Plan) -> list[str]:
         lines.append(f"firectl create dataset {q(plan.dataset_id)} {q(str(plan.dataset_path))}")
     if not plan.reuse_evaluator:
         lines.append(f"python -m eval_protocol upload --entry {q(plan.entry)} --yes"
-                     "   # also uploads every .env key as a Fireworks secret")
+                     "   # tars the whole folder (run records too; launch sends the evaluator alone) and "
+                     "uploads every .env key as a Fireworks secret")
     job = ["firectl create reinforcement-fine-tuning-job",
            f"--base-model {q(t['base_model'])}", f"--dataset {q(plan.dataset_name)}",
            f"--evaluator {q(plan.evaluator_name)}", f"--output-model {q(t['output_model'])}",

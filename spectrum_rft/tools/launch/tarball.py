@@ -1,4 +1,12 @@
-"""The evaluator source tarball, built as eval-protocol's uploader builds it (same ignore rules)."""
+"""The evaluator source tarball: the evaluator and nothing else, packed as eval-protocol's uploader packs it.
+
+eval-protocol's uploader tars the whole project directory less its ignore rules; run from this repository
+that would send the committed run records (LoRA weights among them), the docs, the tests and any plot left
+in the folder. What the Fireworks cloud runs is the evaluator: the package, the root modules (the design
+card's entry points and both ``@evaluation_test`` entries), the template shim, the shipped datasets the
+entries read, and ``requirements.txt`` (what the cloud installs). Only those are packed (:data:`EVALUATOR`),
+with the uploader's ignore rules applied on top (caches, secrets, gitignored paths).
+"""
 
 from __future__ import annotations
 
@@ -20,6 +28,22 @@ TAR_DEFAULT_IGNORES = (
     ".eval_protocol", ".hypothesis",
 )
 TAR_WARN_BYTES = 50 * 1024 * 1024
+
+# The evaluator: (folder, file suffixes packed from it) for the folders, then the root's own files. A root
+# file is packed when it is a Python module or one of ROOT_FILES.
+EVALUATOR: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("spectrum_rft", (".py", ".j2")),
+    ("spectrum_templates", (".py", ".j2")),
+    ("data", (".jsonl",)),
+)
+ROOT_FILES = ("requirements.txt", "pyproject.toml", "LICENSE", "README.md")
+
+
+def _is_evaluator(rel: str) -> bool:
+    head, _, rest = rel.partition("/")
+    if not rest:
+        return rel.endswith(".py") or rel in ROOT_FILES
+    return any(head == folder and rel.endswith(suffixes) for folder, suffixes in EVALUATOR)
 
 
 def _gitignore_patterns(project_dir: Path) -> list[str]:
@@ -47,7 +71,8 @@ def _ignored(rel: str, is_dir: bool, patterns: list[str]) -> bool:
 
 
 def source_files(project_dir: Path, exclude: Iterable[Path] = ()) -> list[str]:
-    """Project files the evaluator tarball holds (relative, sorted): eval-protocol's ignores + .gitignore."""
+    """Project files the evaluator tarball holds (relative, sorted): the evaluator's (:data:`EVALUATOR`),
+    less eval-protocol's ignores and .gitignore."""
     patterns = list(TAR_DEFAULT_IGNORES) + _gitignore_patterns(project_dir)
     skip = {p.resolve() for p in exclude}
     out = []
@@ -56,12 +81,13 @@ def source_files(project_dir: Path, exclude: Iterable[Path] = ()) -> list[str]:
         rel_root = rroot.relative_to(project_dir).as_posix()
         rel_of = (lambda n: n) if rel_root == "." else (lambda n: f"{rel_root}/{n}")
         dirs[:] = sorted(d for d in dirs if not _ignored(rel_of(d), True, patterns)
-                         and not (rroot / d).is_symlink())
+                         and not (rroot / d).is_symlink()
+                         and (rel_root != "." or any(d == folder for folder, _ in EVALUATOR)))
         for f in files:
             path = rroot / f
             if path.is_symlink() or not path.is_file() or path.resolve() in skip:
                 continue
-            if not _ignored(rel_of(f), False, patterns):
+            if _is_evaluator(rel_of(f)) and not _ignored(rel_of(f), False, patterns):
                 out.append(rel_of(f))
     return sorted(out)
 

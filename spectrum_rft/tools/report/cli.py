@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 from .analysis import build_report
 from .load import load_inputs
@@ -35,6 +36,14 @@ from .render import format_text, plot_png
 from .validate import ReportError
 
 DEFAULT_DB = os.path.join("~", ".eval_protocol", "logs.db")
+
+
+def default_png(inputs: list[str]) -> Path:
+    """Where the curves go by default: in the first input's folder (a run's own), not the working folder."""
+    if not inputs:
+        return Path("spectrum_report.png")
+    first = Path(inputs[0].split("=", 1)[1] if "=" in inputs[0] and not Path(inputs[0]).exists() else inputs[0])
+    return (first if first.is_dir() else first.parent) / "spectrum_report.png"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--group-by", default="epoch", help="epoch | input | run-id | order:K (default epoch)")
     ap.add_argument("--control", default=None, metavar="LABEL", help="the control run: every other run is "
                     "compared with it (default, with two runs: the scrambled one, else the second)")
-    ap.add_argument("--png", default="spectrum_report.png", help="curves PNG path ('' for none)")
+    ap.add_argument("--png", default=None, help="curves PNG path ('' for none; default: spectrum_report.png beside "
+                    "the first input, in the run's folder)")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
     ap.add_argument("--skip-bad", action="store_true", help="skip malformed rows instead of stopping")
     ap.add_argument("--fail-on-check", action="store_true", help="exit 1 when an integrity/freshness check fails")
@@ -69,8 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     except ReportError as e:
         print(f"spectrum-rft report: {e}", file=sys.stderr)
         return 2
-    if a.png:
-        report["png"] = plot_png(report, a.png)
+    png = a.png if a.png is not None else str(default_png(a.inputs))
+    if png:
+        report["png"] = plot_png(report, png)
     if a.json:
         print(json.dumps(report, indent=2, allow_nan=False))
     else:

@@ -68,6 +68,9 @@ def evaluate(model_dir: str | Path, *, arm: str = "weak-scaffold", scans: int = 
                             "echo_copy": m["echo_copy"] if valid else None,
                             "beyond_current": m["beyond_current"],
                             "completion": tok.decode(c, skip_special_tokens=False)[:500]})
+        done, spent = len(records), time.time() - t0
+        print(f"scan-eval: {done}/{len(rows)} scans, {spent:.0f} s, ~{spent / done * (len(rows) - done):.0f} s left",
+              file=sys.stderr, flush=True)
     summary = {k: mean(float(r[k]) if r[k] is not None else None for r in records) for k in SUMMARY_KEYS}
     return {"arm": arm, "scans": len(records), "temperature": temperature, "constrained": constrained, "salt": salt,
             "echo_history": echo_history,
@@ -129,14 +132,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compare", nargs="+", metavar="JSON", help="instead of evaluating: BASE OTHER... (--out files "
                     "of earlier runs on the same scans); each OTHER's paired difference from BASE")
     ap.add_argument("--arm", default="weak-scaffold", choices=sorted(ARMS))
-    ap.add_argument("--scans", type=int, default=200)
+    ap.add_argument("--scans", type=int, default=200, help="scan episodes (default 200: hours on a CPU; progress goes to stderr)")
     ap.add_argument("--temperature", type=float, action="append", help="repeatable; 0: greedy (default 1.0)")
     ap.add_argument("--constrained", action="store_true", help="sample under the tool-call grammar")
     ap.add_argument("--salt", default="heldout-scan", help="band salt of the rows (training rows use others)")
     ap.add_argument("--echo-history", default="accumulate", choices=ECHO_HISTORIES,
                     help="who plays each scan episode's earlier scans (what the echo carries)")
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--max-new-tokens", type=int, default=160)
+    ap.add_argument("--batch", type=int, default=8, help="completions sampled together (default 8)")
+    ap.add_argument("--max-new-tokens", type=int, default=160, help="per completion (default 160)")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--out", default=None, help="write the records and summary (JSON) here")
     a = ap.parse_args(argv)
