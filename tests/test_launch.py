@@ -128,7 +128,7 @@ def server():
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    """A small evaluator project: entry file, requirements.txt, a .env with a secret, ignored junk."""
+    """A small evaluator project: entry file, requirements.txt, a .env with a secret, ignored junk, run records."""
     p = tmp_path / "proj"
     (p / "spectrum_templates").mkdir(parents=True)
     (p / "requirements.txt").write_text("eval-protocol\n")
@@ -139,6 +139,11 @@ def project(tmp_path: Path) -> Path:
     (p / "local_only.txt").write_text("ignored\n")
     (p / "__pycache__").mkdir()
     (p / "__pycache__" / "x.pyc").write_bytes(b"\0")
+    (p / "results" / "run").mkdir(parents=True)  # committed run records: never part of the evaluator
+    (p / "results" / "run" / "adapter_model.safetensors").write_bytes(b"\0" * 64)
+    (p / "docs").mkdir()
+    (p / "docs" / "LAUNCH.md").write_text("docs\n")
+    (p / "spectrum_report.png").write_bytes(b"\x89PNG")
     return p
 
 
@@ -216,8 +221,8 @@ def test_launch_sends_dataset_then_evaluator_then_job(server, project, tmp_path,
     assert size == {"proj.tar.gz": str(len(put["body"]))}
     with tarfile.open(fileobj=io.BytesIO(put["body"]), mode="r:gz") as tar:
         names = sorted(tar.getnames())
-    assert names == ["proj/.gitignore", "proj/requirements.txt", "proj/spectrum_templates/scan.j2",
-                     "proj/test_spectrum_turn.py"]  # no .env, no ignored files, no caches
+    # the evaluator alone: no .env, no ignored files, no caches, no run records, docs or plots
+    assert names == ["proj/requirements.txt", "proj/spectrum_templates/scan.j2", "proj/test_spectrum_turn.py"]
     assert json.loads(by["evaluator.validate_upload"]["body"]) == {}
 
     job = json.loads(by["job.create"]["body"])
