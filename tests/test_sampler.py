@@ -19,7 +19,7 @@ from spectrum_rft.training.spectrum import sampler as S  # noqa: E402
 
 def test_call_schema_is_the_envs_tool_schema():
     tools = tool_schemas("scaffold")
-    schema = S.tool_call_schema(tools)
+    schema = S.tool_call_schema(tools, over_cap=0)
     args = schema["properties"]["arguments"]
     params = tools[0]["function"]["parameters"]
     assert schema["properties"]["name"] == {"const": "submit_report"}
@@ -76,8 +76,87 @@ def test_grammar_accepts_the_templates_call_and_refuses_malformed_ones(smollm):
                 '<tool_call>\n{"name": "submit_report", "arguments": {"center_freqs": [-1]}}\n</tool_call>',
                 '<tool_call>\n{"name": "submit_report", "arguments": {"center_freqs": [1], "bandwidths": [8]}}\n</tool_call>',
                 'I think the peaks are at 41.5 MHz',
-                '<tool_call>\n{"name": "submit_report", "arguments": {"center_freqs": [' + ", ".join(["1"] * 17) + "]}}"):
+                '<tool_call>\n{"name": "submit_report", "arguments": {"center_freqs": [' + ", ".join(["1"] * 18) + "]}}"):
         assert not _accepts(new(), tok, bad), bad
+
+
+def test_the_env_not_the_grammar_refuses_a_list_over_the_cap(smollm):
+    """The grammar lets a list run one item past the cap, so the failure is sampled (and scored 0 by the
+    env) instead of hidden; the 18th item is where the grammar closes the list."""
+    from spectrum_rft.training.spectrum.trl_data import grpo_rows
+    from spectrum_rft.training.spectrum.trl_env import judge
+
+    tok, model = smollm
+    s, new = _matcher(tok, model, tool_schemas("scaffold"))
+    assert S.tool_call_schema(tool_schemas("scaffold"))["properties"]["arguments"]["properties"]["center_freqs"][
+        "maxItems"] == 17
+    assert S.tool_call_schema(tool_schemas("scaffold"), over_cap=0)["properties"]["arguments"]["properties"][
+        "center_freqs"]["maxItems"] == 16
+    with pytest.raises(ValueError, match="over_cap"):
+        S.tool_call_schema(tool_schemas("scaffold"), over_cap=-1)
+    row = grpo_rows(1, prompt="weak", memory_mode="scaffold", salt="test-cap")[0]
+    for n, grammar_ok, env_ok in ((16, True, True), (17, True, False)):
+        centres = [10.0 + 40 * i for i in range(n)]
+        call = ('<tool_call>\n{"name": "submit_report", "arguments": {"center_freqs": ['
+                + ", ".join(f"{c:g}" for c in centres) + ']}}\n</tool_call>')
+        m = new()
+        assert (_accepts(m, tok, call) and m.accept_token(s.stop_ids[0])) is grammar_ok
+        message = {"role": "assistant", "tool_calls": [{"function": {"name": "submit_report",
+                                                                     "arguments": {"center_freqs": centres}}}]}
+        assert (judge(row, message).metrics()["scans_skipped"] == 0) is env_ok
+    m = new()
+    seventeen = '<tool_call>\n{"name": "submit_report", "arguments": {"center_freqs": [' + ", ".join(["1"] * 17)
+    assert _accepts(m, tok, seventeen) and not m.accept_token(tok.encode(",", add_special_tokens=False)[0])
+
+
+def _trl_batch(tok, prompt_ids: list[int], completions: list[list[int]]) -> dict:
+    """TRL's learner inputs for one group: prompts left-padded (one prompt here), completions right-padded."""
+    import torch
+
+    width = max(len(c) for c in completions)
+    pad = tok.pad_token_id
+    return {"prompt_ids": torch.tensor([prompt_ids] * len(completions)),
+            "prompt_mask": torch.ones(len(completions), len(prompt_ids), dtype=torch.long),
+            "completion_ids": torch.tensor([c + [pad] * (width - len(c)) for c in completions]),
+            "completion_mask": torch.tensor([[1] * len(c) + [0] * (width - len(c)) for c in completions])}
+
+
+def test_masked_learner_trains_the_policy_that_sampled(smollm, tmp_path):
+    """On a constrained batch the masked learner's log-prob of every sampled token equals the sampler's to
+    float round-off, a token the grammar forced has log-prob 0 and no gradient, and the unmasked learner
+    (the model's own policy) puts less mass on the same completions."""
+    import torch
+
+    from spectrum_rft.training.sc_grpo import probe_trainer
+    from spectrum_rft.training.spectrum.trl_data import grpo_rows, scan_sampler
+
+    tok, model = smollm
+    row = grpo_rows(1, prompt="weak", memory_mode="scaffold", salt="test-masked", scan_in_prompt=True)[0]
+    s = scan_sampler(tok, "scaffold", constrained=True, max_new_tokens=200, vocab_size=model.config.vocab_size)
+    ids = s.prompt_ids(row["prompt"])
+    comps, sampled = s.sample(model, ids, 3, temperature=0.8, seed=5)
+    inputs = _trl_batch(tok, ids, comps)
+    masks = s.grammar_masks()
+    trainer = probe_trainer(model, tok, str(tmp_path / "p"), temperature=0.8, grammar_masks=masks)
+    model.zero_grad(set_to_none=True)
+    lp, tokens, mask, unmasked_y = trainer.learner_logprobs(model, inputs)
+    learner_y = lp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    sampler_y = torch.tensor([x for lps in sampled for x in lps])
+    assert learner_y.shape == sampler_y.shape and masks.refused == 0
+    assert torch.allclose(learner_y.detach(), sampler_y, atol=2e-4, rtol=0), \
+        float((learner_y.detach() - sampler_y).abs().max())
+    forced = masks(inputs["completion_ids"], inputs["completion_mask"]).sum(-1) == 1  # the tags, the name, ...
+    assert int(forced.sum()) >= 3 * 10 and (learner_y.detach()[forced] == 0).all()
+    learner_y[forced].sum().backward()
+    assert all(p.grad is None or not p.grad.any() for p in model.parameters())  # forced tokens: no gradient
+    assert (unmasked_y <= learner_y.detach() + 1e-5).all()  # the grammar only removes mass elsewhere
+    assert float((unmasked_y - learner_y.detach())[forced].sum()) < -0.5
+    free = ~forced
+    model.zero_grad(set_to_none=True)
+    lp2, *_ = trainer.learner_logprobs(model, inputs)
+    lp2.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)[free].sum().backward()
+    assert any(p.grad is not None and p.grad.any() for p in model.parameters())  # chosen tokens do train
+    model.zero_grad(set_to_none=True)
 
 
 def test_constrained_samples_are_reports_the_env_accepts(smollm):
@@ -177,20 +256,29 @@ def test_config_refuses_combinations_that_cannot_work():
         GrpoConfig(shared_prefix=True, use_vllm=True).check()
     GrpoConfig(sampler="group", constrained=True, micro_batch=8).check()
     GrpoConfig(sampler="group", constrained=True, shared_prefix=True).check()
+    with pytest.raises(ValueError, match="unknown learner"):
+        GrpoConfig(learner="both").check()
+    with pytest.raises(ValueError, match="keep --beta 0"):
+        GrpoConfig(sampler="group", constrained=True, beta=0.04).check()
+    GrpoConfig(sampler="group", constrained=True, beta=0.04, learner="unmasked").check()
+    with pytest.raises(ValueError, match="--learner unmasked"):
+        GrpoConfig(use_vllm=True, constrained=True).check()
 
 
-@pytest.mark.parametrize("shared_prefix", [False, True])
-def test_constrained_grpo_step_in_the_real_trainer(tmp_path, shared_prefix):
+@pytest.mark.parametrize("shared_prefix,learner", [(False, "unmasked"), (True, "masked")])
+def test_constrained_grpo_step_in_the_real_trainer(tmp_path, shared_prefix, learner):
     """One GRPO step through TRL's GRPOTrainer with the constrained group sampler: every completion is a
     submit_report call the env scored, its text and parsed report are in rollouts.jsonl, and the run's
     config records the sampler. With the learner's shared prefix the step runs the prompt once per
-    micro-batch (logged ``learner_tokens`` below TRL's ``num_tokens``) and the LoRA weights move."""
+    micro-batch (logged ``learner_tokens`` below TRL's ``num_tokens``) and the LoRA weights move. The masked
+    learner is the sampler's policy (importance ratio 1 per token) and logs the unmasked policy's ratio
+    beside it (below 1: the grammar forced tokens the model alone would not always write)."""
     from spectrum_rft.training.spectrum.trl_run import GrpoConfig, run_train
 
     out = tmp_path / "run"
     cfg = GrpoConfig(out=str(out), arm="weak-scaffold", steps=1, prompts=1, group=4, micro_batch=2,
                      max_completion_length=256, lora_layers=1, threads=2, sampler="group", constrained=True,
-                     temperature=0.7, seed=1, shared_prefix=shared_prefix)
+                     temperature=0.7, seed=1, shared_prefix=shared_prefix, learner=learner)
     run_train(cfg)
     log = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     step = next(x for x in log if "num_tokens" in x)
@@ -199,6 +287,11 @@ def test_constrained_grpo_step_in_the_real_trainer(tmp_path, shared_prefix):
         assert step["grad_norm"] > 0
     else:
         assert "learner_tokens" not in step
+    if learner == "masked":
+        assert abs(step["is_ratio_masked"] - 1) < 1e-3 and abs(step["seq_log_ratio_masked"]) < 0.02
+        assert step["is_ratio_unmasked"] < 1 and step["seq_log_ratio_unmasked"] < step["seq_log_ratio_masked"]
+    else:
+        assert "is_ratio_masked" not in step  # TRL's own learner
     lines = [json.loads(x) for x in (out / "rollouts.jsonl").read_text().splitlines()]
     # one generation of the whole group, learnt in two micro-batches of 2
     assert len(lines) == 4 and len({x["band_fingerprint"] for x in lines}) == 1

@@ -57,7 +57,12 @@ from spectrum_rft.training import loss as L
 from spectrum_rft.training.sc_options import check_loss_options
 
 SamplerFn = Callable[[Any, torch.Tensor, torch.Tensor, int], torch.Tensor]
+MasksFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 STATS = ("logprob_gap", "entropy", "ratio_dev", "mean_w_y", "centring_l1")
+MASK_STATS = ("is_ratio_masked", "is_ratio_unmasked", "seq_log_ratio_masked", "seq_log_ratio_unmasked")
+# A logit the grammar forbids: finite, so a forbidden token has probability exactly 0 and every 0 * log 0 in
+# the loss stays 0 (-inf would make it nan); its gradient is p = 0.
+MASKED_LOGIT = -1e30
 
 
 def completion_logits(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: torch.Tensor,
@@ -114,39 +119,63 @@ def bfloat16_sampler(model, input_ids: torch.Tensor, attention_mask: torch.Tenso
 class ScoreCentringGRPOTrainer(GRPOTrainer):
     """``GRPOTrainer`` with the loss of :mod:`.loss`. Extra keyword arguments: ``loss_kind`` (pg | tis | mis
     | is), ``score_centering``, ``topk`` (0: full form), ``sampler`` ("learner", "bfloat16" or a callable),
-    ``shared_prefix`` (one learner forward per distinct prompt: :func:`completion_logits`)."""
+    ``shared_prefix`` (one learner forward per distinct prompt: :func:`completion_logits`), ``grammar_masks``
+    (a constrained sampler's masks, ``fn(completion_ids, completion_mask) -> allowed [N, V]``: the learner is
+    then the policy that sampled, the masks applied in its log-softmax, so a token the grammar forced has
+    log-prob 0 and no gradient; the importance ratio of the masked and of the unmasked policy to the
+    sampler's log-probs is logged per step: ``is_ratio_*`` per token, ``seq_log_ratio_*`` per completion)."""
 
     def __init__(self, *args: Any, loss_kind: str = "pg", score_centering: bool = False, topk: int = 0,
-                 sampler: str | SamplerFn = "learner", shared_prefix: bool = False, **kwargs: Any):
+                 sampler: str | SamplerFn = "learner", shared_prefix: bool = False,
+                 grammar_masks: MasksFn | None = None, **kwargs: Any):
         grpo_args = kwargs.get("args")
         check_loss_options(loss_kind, score_centering, topk, sampler, bool(getattr(grpo_args, "use_vllm", False)),
                            bool(getattr(grpo_args, "bf16", False)))
+        if grammar_masks is not None and sampler != "learner":
+            raise ValueError("grammar masks apply to the learner's own distribution: keep sampler='learner'")
         super().__init__(*args, **kwargs)
         self.loss_kind, self.score_centering, self.topk = loss_kind, score_centering, topk
         self.shared_prefix = shared_prefix
+        self.grammar_masks = grammar_masks
         self.sampler_fn: SamplerFn | None = (bfloat16_sampler if sampler == "bfloat16"
                                              else sampler if callable(sampler) else None)
         self.loss_stats: dict[str, float] = defaultdict(float)
 
     # ---- the loss --------------------------------------------------------------------------------
 
+    def learner_logprobs(self, model, inputs: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """The learner's tempered log-probabilities at the trained completion positions, as the loss uses
+        them: ``lp`` ``[N, V]`` (with the gradient; under the grammar's masks when the trainer has
+        ``grammar_masks``), the sampled tokens ``[N]``, the positions ``mask`` ``[B, T]`` and, with masks, the
+        unmasked policy's log-prob of each sampled token ``[N]`` (no grad; else None)."""
+        completion_ids = inputs["completion_ids"]
+        mask = inputs["completion_mask"] if "tool_mask" not in inputs else inputs["completion_mask"] * inputs["tool_mask"]
+        mask = mask.bool()
+        with self.accelerator.autocast():
+            logits, ran = completion_logits(model, inputs["prompt_ids"], inputs["prompt_mask"], completion_ids,
+                                            inputs["completion_mask"], shared_prefix=self.shared_prefix)
+        self.loss_stats["learner_tokens"] += ran
+        scaled = logits[mask].float() / float(self.args.temperature)  # [N, V]
+        del logits
+        tokens = completion_ids[mask]
+        unmasked_y = None
+        if self.grammar_masks is not None:  # the policy that sampled: the grammar's masks in the log-softmax
+            with torch.no_grad():
+                unmasked_y = torch.log_softmax(scaled.detach(), dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+            allowed = self.grammar_masks(completion_ids, inputs["completion_mask"])  # at completion_mask positions
+            allowed = allowed[mask[inputs["completion_mask"].bool()]].to(scaled.device)
+            scaled = scaled.masked_fill(~allowed, MASKED_LOGIT)
+        return torch.log_softmax(scaled, dim=-1), tokens, mask, unmasked_y
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):  # noqa: ANN001
         if return_outputs:
             raise ValueError("ScoreCentringGRPOTrainer does not return outputs")
-        prompt_ids, completion_ids = inputs["prompt_ids"], inputs["completion_ids"]
-        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+        completion_ids = inputs["completion_ids"]
+        input_ids = torch.cat([inputs["prompt_ids"], completion_ids], dim=1)
         attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
         T = completion_ids.size(1)
-        mask = inputs["completion_mask"] if "tool_mask" not in inputs else inputs["completion_mask"] * inputs["tool_mask"]
-        mask = mask.bool()
         temp = float(self.args.temperature)
-        with self.accelerator.autocast():
-            logits, ran = completion_logits(model, prompt_ids, inputs["prompt_mask"], completion_ids,
-                                            inputs["completion_mask"], shared_prefix=self.shared_prefix)
-        self.loss_stats["learner_tokens"] += ran
-        lp = torch.log_softmax(logits.float() / temp, dim=-1)[mask]  # [N, V]
-        del logits
-        tokens = completion_ids[mask]
+        lp, tokens, mask, unmasked_y = self.learner_logprobs(model, inputs)
         adv = inputs["advantages"]
         adv = (adv.unsqueeze(1).expand(-1, T) if adv.dim() == 1 else adv)[mask].float()
         lp_y = lp.detach().gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
@@ -179,7 +208,26 @@ class ScoreCentringGRPOTrainer(GRPOTrainer):
             normaliser = normaliser * self.current_gradient_accumulation_steps / self.args.steps_per_generation
         loss = per_tok.sum() / normaliser
         self._record(lp, lp_y, lq_y, trained, cl1)
+        if vllm_lq is not None:
+            self._record_ratios(lp_y, unmasked_y, v, mask)
         return loss
+
+    def _record_ratios(self, lp_y, unmasked_y, sampler_y, mask) -> None:  # noqa: ANN001
+        """The importance ratio learner / sampler of the sampled tokens, for the policy trained (``masked``
+        with grammar masks) and for the model's own unconstrained policy (``unmasked``): per token (mean of
+        the ratio) and per completion (mean of the summed log-ratio). Tokens the sampler did not score are
+        left out."""
+        with torch.no_grad():
+            ok = ~torch.isnan(sampler_y)
+            row = torch.arange(mask.size(0), device=mask.device).unsqueeze(1).expand_as(mask)[mask][ok]
+            s = self.loss_stats
+            s["n_ratio_tokens"] += int(ok.sum())
+            s["n_ratio_rows"] += int(row.unique().numel())
+            own = unmasked_y if unmasked_y is not None else lp_y
+            for name, learner_y in (("masked", lp_y), ("unmasked", own)):
+                d = torch.clamp((learner_y.detach() - sampler_y)[ok], -L.LOG_RATIO_CLIP, L.LOG_RATIO_CLIP)
+                s[f"is_ratio_{name}"] += float(torch.exp(d).sum())
+                s[f"seq_log_ratio_{name}"] += float(d.sum())
 
     def _record(self, lp, lp_y, lq_y, trained, cl1) -> None:  # noqa: ANN001
         with torch.no_grad():
@@ -201,13 +249,16 @@ class ScoreCentringGRPOTrainer(GRPOTrainer):
     def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
         """TRL's log line, plus this step's loss signals (summed over processes, then averaged per token)."""
         if "loss" in logs and self.loss_stats:
-            keys = ("n_tokens", "n_trained_tokens", "n_centring", "learner_tokens", *STATS)
+            keys = ("n_tokens", "n_trained_tokens", "n_centring", "learner_tokens", "n_ratio_tokens", "n_ratio_rows",
+                    *STATS, *MASK_STATS)
             local = torch.tensor([float(self.loss_stats.get(k, 0.0)) for k in keys], device=self.accelerator.device)
             tot = dict(zip(keys, self.accelerator.reduce(local, reduction="sum").tolist()))
             n, nt, nc = tot["n_tokens"], tot["n_trained_tokens"], tot["n_centring"]
+            nr, nrows = tot["n_ratio_tokens"], tot["n_ratio_rows"]
             means = {"logprob_gap": (tot["logprob_gap"], n), "entropy": (tot["entropy"], n),
                      "ratio_dev": (tot["ratio_dev"], nt), "mean_w_y": (tot["mean_w_y"], nt),
-                     "centring_l1": (tot["centring_l1"], nc)}
+                     "centring_l1": (tot["centring_l1"], nc),
+                     **{k: (tot[k], nr if k.startswith("is_") else nrows) for k in MASK_STATS}}
             logs = {**logs, "n_tokens": int(n), "n_trained_tokens": int(nt), "learner_tokens": int(tot["learner_tokens"]),
                     **{k: v / d for k, (v, d) in means.items() if d}}  # no trained token: no ratio to log
             self.loss_stats.clear()

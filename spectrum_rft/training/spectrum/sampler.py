@@ -15,14 +15,19 @@ would leave the grammar of one tool call as the chat template writes it::
     <tool_call>\\n{"name": "submit_report", "arguments": {...}}\\n</tool_call><|im_end|>
 
 The ``arguments`` follow the env's own :func:`spectrum_rft.task.environment.tool_schemas` (one
-definition: the array of in-band numbers, at most ``max_regions`` of them; bandwidths only on presets that
-read them), compact JSON
+definition: the array of in-band numbers; bandwidths only on presets that read them), compact JSON
 with ``json.dumps``' separators (what the template's ``tojson`` writes, so the call reads as in SFT). The
-model still chooses every number and how many; the env still judges the report (on a preset that reads
-widths, a bandwidth list of the wrong length is refused, and the scan is then scored as skipped). The learner's
-log-probs are those of the **unconstrained** policy (TRL computes them with a plain forward pass): the
-constraint changes which completions are sampled, not what is trained towards; the sampled tokens' log-probs
-that this sampler reports are under the constrained, tempered distribution.
+model still chooses every number and how many. The grammar does not hide what the model must learn to
+avoid: a list may run :data:`OVER_CAP` item past the region cap, so a report over the cap is sampled, the
+env refuses it and the scan is scored as skipped (0); only then does the grammar close the list.
+
+What the learner trains (``spectrum-rft train --learner``, docs/TRAINING.md): ``masked`` (default) replays
+the grammar's masks (:class:`GrammarMasks`) into the learner's log-softmax, so the learner is the policy
+that sampled: its log-prob of each sampled token equals this sampler's, and a token the grammar forced
+(the tags, the name, a bracket) has log-prob 0 and no gradient. ``unmasked`` trains the model's own
+unconstrained log-probs (TRL's learner): forced tokens are trained as if the model had chosen them. The
+sampled tokens' log-probs this sampler reports are under the constrained, tempered distribution; the
+trainer logs both policies' importance ratios to them.
 
 The episode is one model turn: the first completion is the rollout (a scan episode ends with its first
 scored report; a completion that writes no valid call leaves the scan skipped, scored as an empty report).
@@ -39,32 +44,87 @@ TOOL_CALL_OPEN = "<tool_call>\n"  # how trl's chatml tool template (qwen2_5_chat
 TOOL_CALL_CLOSE = "\n</tool_call>"  # ... and closes it
 
 
-def tool_call_schema(tools: Sequence[dict]) -> dict:
+OVER_CAP = 1  # items a list may run past the env's cap under the grammar (the env refuses them; see below)
+
+
+def _past_cap(params: dict, over: int) -> dict:
+    """``params`` (a tool's JSON schema) with every array's ``maxItems`` raised by ``over``."""
+    props = {}
+    for name, prop in params.get("properties", {}).items():
+        if over and isinstance(prop, dict) and "maxItems" in prop:
+            prop = {**prop, "maxItems": prop["maxItems"] + over}
+        props[name] = prop
+    return {**params, "properties": props}
+
+
+def tool_call_schema(tools: Sequence[dict], *, over_cap: int = OVER_CAP) -> dict:
     """JSON schema of one call ``{"name": ..., "arguments": {...}}`` of any of ``tools`` (OpenAI function
-    schemas, e.g. :func:`spectrum_rft.task.environment.tool_schemas`)."""
+    schemas, e.g. :func:`spectrum_rft.task.environment.tool_schemas`), whose lists may run ``over_cap``
+    items past the tools' ``maxItems`` (the env, not the grammar, refuses a report over the cap)."""
+    if over_cap < 0:
+        raise ValueError(f"over_cap must be >= 0, got {over_cap}")
     calls = []
     for t in tools:
         fn = t["function"]
+        params = _past_cap(fn.get("parameters", {"type": "object", "properties": {}}), over_cap)
         calls.append({"type": "object",
                       "properties": {"name": {"const": fn["name"]},
-                                     "arguments": {**fn.get("parameters", {"type": "object", "properties": {}}),
-                                                   "additionalProperties": False}},
+                                     "arguments": {**params, "additionalProperties": False}},
                       "required": ["name", "arguments"], "additionalProperties": False})
     if not calls:
         raise ValueError("no tools to constrain to")
     return calls[0] if len(calls) == 1 else {"anyOf": calls}
 
 
-def tool_call_grammar(tools: Sequence[dict]) -> str:
+def tool_call_grammar(tools: Sequence[dict], *, over_cap: int = OVER_CAP) -> str:
     """The EBNF grammar (xgrammar's dialect, which vLLM's structured outputs take too) of one tool call as
-    the chat template writes it, between ``<tool_call>`` tags."""
+    the chat template writes it, between ``<tool_call>`` tags (lists up to ``over_cap`` items past the cap)."""
     import xgrammar as xgr  # noqa: PLC0415
 
-    call = xgr.Grammar.from_json_schema(json.dumps(tool_call_schema(tools)), any_whitespace=False,
+    call = xgr.Grammar.from_json_schema(json.dumps(tool_call_schema(tools, over_cap=over_cap)), any_whitespace=False,
                                         separators=(", ", ": "))
     grammar = xgr.Grammar.concat(xgr.Grammar.from_ebnf(f"root ::= {json.dumps(TOOL_CALL_OPEN)}"), call,
                                  xgr.Grammar.from_ebnf(f"root ::= {json.dumps(TOOL_CALL_CLOSE)}"))
     return str(grammar)
+
+
+class GrammarMasks:
+    """The masks the constrained sampler applied, replayed for the learner (``ScoreCentringGRPOTrainer(
+    grammar_masks=...)``): for each completion token, which tokens the grammar allowed at its position.
+
+    xgrammar's matcher is deterministic, so feeding it a completion's tokens one by one reproduces the
+    bitmask its Hugging Face logits processor applied when that token was sampled. A position from a token
+    the grammar refuses on (a completion the grammar did not produce) allows every token: it is counted in
+    :attr:`refused` and trained as the unconstrained policy."""
+
+    def __init__(self, compiled_grammar: Any, vocab_size: int) -> None:
+        self.compiled_grammar = compiled_grammar
+        self.vocab_size = vocab_size
+        self.refused = 0  # completions with a token the grammar refuses
+
+    def __call__(self, completion_ids: Any, completion_mask: Any) -> Any:
+        """Allowed tokens ``[N, vocab]`` (bool) at the ``N`` positions where ``completion_mask`` is set, in
+        row-major order (the order of ``completion_ids[completion_mask]``)."""
+        import torch  # noqa: PLC0415
+        import xgrammar as xgr  # noqa: PLC0415
+
+        rows = []
+        for ids, keep in zip(completion_ids.tolist(), completion_mask.bool().tolist()):
+            n = sum(keep)
+            bitmask = torch.full((n, (self.vocab_size + 31) // 32), -1, dtype=torch.int32)  # -1: all allowed
+            matcher = xgr.GrammarMatcher(self.compiled_grammar)
+            for i, tok in enumerate(t for t, k in zip(ids, keep) if k):
+                if matcher.is_terminated():
+                    break
+                matcher.fill_next_token_bitmask(bitmask, i)
+                if not matcher.accept_token(tok):
+                    bitmask[i:] = -1
+                    self.refused += 1
+                    break
+            rows.append(bitmask)
+        packed = torch.cat(rows).to(completion_ids.device)
+        bits = (packed.unsqueeze(-1) >> torch.arange(32, dtype=torch.int32, device=packed.device)) & 1
+        return bits.reshape(packed.size(0), -1)[:, :self.vocab_size].bool()
 
 
 @dataclass
@@ -99,6 +159,13 @@ class GroupSampler:
             info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size or len(tokenizer),
                                                       stop_token_ids=self.stop_ids)
             self.compiled_grammar = xgr.GrammarCompiler(info).compile_grammar(self.grammar)
+        self.vocab_size = vocab_size or len(tokenizer)
+
+    def grammar_masks(self) -> GrammarMasks:
+        """The masks this sampler applies, for the learner (constrained samplers only)."""
+        if self.compiled_grammar is None:
+            raise ValueError("an unconstrained sampler applies no grammar masks")
+        return GrammarMasks(self.compiled_grammar, self.vocab_size)
 
     @property
     def stop_ids(self) -> list[int]:

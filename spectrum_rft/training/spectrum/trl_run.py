@@ -92,6 +92,7 @@ class SftConfig(Common):
 
 
 SAMPLERS = ("trl", "group")
+LEARNERS = ("masked", "unmasked")  # with --constrained: what the learner trains (docs/TRAINING.md)
 COMPLETION_CHARS = 2000  # a completion's text kept in rollouts.jsonl (bounded: a runaway reply stays readable)
 
 
@@ -102,6 +103,7 @@ class GrpoConfig(Common, GrpoRunConfig):
     sampler: str = "trl"  # trl: TRL's generation + the TRL environment (retries within the call budget); group: one prefill per group, one model turn per scan episode (spectrum_rft.training.spectrum.sampler)
     constrained: bool = False  # tool calls sampled under the grammar of the env's tool_schemas() (always well formed)
     shared_prefix: bool = False  # learner: each group's prompt run once, its KV cache shared by the G completions (sc_grpo.completion_logits); loss pg = TRL's dapo on-policy
+    learner: str = "masked"  # with --constrained: masked (the grammar's masks in the learner's log-softmax: the policy that sampled is trained, forced tokens carry no gradient) or unmasked (the model's own log-probs, TRL's learner); docs/TRAINING.md
 
     def check(self) -> None:
         super().check()
@@ -120,6 +122,16 @@ class GrpoConfig(Common, GrpoRunConfig):
         if self.shared_prefix and self.use_vllm:
             raise ValueError("--shared-prefix has no importance-sampling correction for vLLM's sampler: with --use-vllm "
                              "keep TRL's own learner")
+        if self.learner not in LEARNERS:
+            raise ValueError(f"unknown learner {self.learner!r}; choose one of {', '.join(LEARNERS)}")
+        if self.constrained and self.learner == "masked":
+            if self.use_vllm:
+                raise ValueError("--learner masked replays the grammar for transformers' group sampler; with --use-vllm "
+                                 "pass --learner unmasked (TRL's vLLM importance-sampling correction then compares "
+                                 "unconstrained with constrained log-probs: see docs/TRAINING.md)")
+            if self.beta:
+                raise ValueError("--learner masked computes the policy-gradient loss only (no KL term): keep --beta 0, "
+                                 "or pass --learner unmasked")
         if self.constrained and self.sampler != "group" and not self.use_vllm:
             raise ValueError("--constrained needs --sampler group (transformers) or --use-vllm (vLLM's structured "
                              "outputs)")
@@ -283,16 +295,20 @@ def run_train(cfg: GrpoConfig, callbacks: list | None = None) -> dict:
                      generation_kwargs=({"structured_outputs": {"grammar": tool_call_grammar(tool_schemas(cfg.mode, cfg.preset))}}
                                         if cfg.constrained and cfg.use_vllm else None))
     model = load_model(model_dir)
+    learner: dict[str, Any] = {}
     if cfg.sampler == "group":
-        generation = {"rollout_func": scan_sampler(tok, cfg.mode, preset=cfg.preset, constrained=cfg.constrained,
-                                                   max_new_tokens=cfg.max_completion_length,
-                                                   vocab_size=model.config.vocab_size)}
+        sampler = scan_sampler(tok, cfg.mode, preset=cfg.preset, constrained=cfg.constrained,
+                               max_new_tokens=cfg.max_completion_length, vocab_size=model.config.vocab_size)
+        generation = {"rollout_func": sampler}
+        if cfg.constrained and cfg.learner == "masked":
+            learner["grammar_masks"] = sampler.grammar_masks()
     else:
         generation = {"environment_factory": tool_env_class(cfg.mode)}
-    if cfg.shared_prefix:  # TRL's on-policy dapo loss (ratio 1: -A log p / tokens), one learner prefill per group
+    if cfg.shared_prefix or learner:  # TRL's on-policy dapo loss (ratio 1: -A log p / tokens), ours
         from spectrum_rft.training.sc_grpo import ScoreCentringGRPOTrainer  # noqa: PLC0415
 
-        trainer_class, learner = ScoreCentringGRPOTrainer, {"loss_kind": "pg", "shared_prefix": True}
+        trainer_class, learner = ScoreCentringGRPOTrainer, {"loss_kind": "pg", "shared_prefix": cfg.shared_prefix,
+                                                            **learner}
     else:
         trainer_class, learner = GRPOTrainer, {}
     trainer = trainer_class(model=model, args=args, train_dataset=Dataset.from_list(rows),
