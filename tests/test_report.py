@@ -572,3 +572,25 @@ def test_the_default_png_goes_to_the_run_not_the_working_folder(tmp_path):
     assert default_png([f"weak={run / 'rows.jsonl'}", "x=y"]) == run / "spectrum_report.png"
     assert default_png([str(run)]) == run / "spectrum_report.png"
     assert default_png([]) == Path("spectrum_report.png")  # --logs-db only
+
+
+@pytest.mark.parametrize("epochs", [[0], [0, 1, 2], list(range(30))])
+def test_plot_ticks_are_the_groups(epochs):
+    """One epoch gets one tick at 0 (it had ticks from -0.045 to 0.045); a few epochs get one each; many
+    get integer ticks."""
+    import matplotlib.pyplot as plt
+
+    from spectrum_rft.tools.report.render import METRICS, figure
+
+    per = [{"epoch": e, **{m: 0.1 + 0.01 * e for m in METRICS}} for e in epochs]
+    fig = figure({"runs": [{"run": "r", "axis": "epoch", "per_epoch": per, "trend": {m: None for m in METRICS}}]})
+    try:
+        for ax in fig.axes:
+            ticks = list(ax.get_xticks())
+            lo, hi = ax.get_xlim()
+            assert all(float(t).is_integer() for t in ticks)
+            assert lo < epochs[0] and hi > epochs[-1]
+            if len(epochs) <= 12:
+                assert ticks == epochs
+    finally:
+        plt.close(fig)

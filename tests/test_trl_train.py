@@ -142,6 +142,30 @@ def test_config_file_and_flags(tmp_path):
     assert R.sft_main(["--rows", "0"]) == 2
 
 
+def test_a_run_folder_is_never_silently_replaced(tmp_path, capsys):
+    """sft/train refuse an --out that holds a run (one line, exit 2, before any work) unless --overwrite, or
+    --resume for train; only the launcher's rank 0 checks (the other ranks start after it wrote)."""
+    from spectrum_rft.training.trl_common import check_out
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text("{}")
+    assert R.sft_main(["--out", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "already holds a run: pass --overwrite" in err and "--resume" not in err
+    assert R.train_main(["--out", str(run)]) == 2
+    assert "--resume to go on" in capsys.readouterr().err
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert R.sft_main(["--out", str(afile)]) == 2 and "a file, not a folder" in capsys.readouterr().err
+    check_out(R.SftConfig(out=str(run), overwrite=True))
+    check_out(R.GrpoConfig(out=str(run), resume=True))
+    check_out(R.SftConfig(out=str(run)), rank="1")
+    check_out(R.SftConfig(out=str(tmp_path / "new")))
+    with pytest.raises(ValueError):
+        check_out(R.SftConfig(out=str(run)))
+
+
 def test_serve_hf_answers_with_parsed_tool_calls(sft_run):
     """The trained checkpoint behind the OpenAI-compatible server: greedy, it writes the tool call the SFT
     data taught, returned as an OpenAI tool call (arguments a JSON string); bad requests get a 400."""
@@ -183,9 +207,53 @@ def test_serve_hf_answers_with_parsed_tool_calls(sft_run):
         assert out["usage"]["prompt_tokens"] > 100
         assert post({"messages": []})[0] == 400
         assert post({"messages": [{"role": "user", "content": "x"}], "max_tokens": -1})[0] == 400
+        # the grammar on request: tool_choice "required" -> one well formed call of the request's tools (the
+        # env's schemas, as the evaluator sends them: at most 16 + 1 centres)
+        from spectrum_rft.task.instructions import tool_schemas
+
+        status, out = post({"messages": [{"role": "user", "content": "Say hello."}], "tools": tool_schemas("none"),
+                            "tool_choice": "required", "max_tokens": 300, "temperature": 0})
+        assert status == 200 and out["choices"][0]["finish_reason"] == "tool_calls", out
+        args = json.loads(out["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"])
+        assert set(args) == {"center_freqs"} and len(args["center_freqs"]) <= 17
+        status, out = post({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}],
+                            "tool_choice": "required"})
+        assert status == 400 and "tool-call grammar" in out["error"]["message"]
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_serve_hf_grammar_scores_whole_episodes_through_eval(sft_run, tmp_path, capsys, monkeypatch):
+    """``serve-hf --grammar``: spectrum-rft eval scores the checkpoint on a whole 12-scan episode over HTTP
+    (the echo is the model's own previous report). Every reply is a well formed submit_report call; the
+    only reports the env refuses are lists one item past the cap (the grammar lets the 17th through, so an
+    overfitted model's runaway list is refused by the env, not hidden), and a scan is skipped only when
+    all its calls were such lists."""
+    import threading
+
+    from spectrum_rft.tools import evaluation as se
+    from spectrum_rft.training.spectrum.serve import HfChatModel, make_server
+
+    server = make_server(HfChatModel(sft_run / "model", threads=2, grammar=True), "spectrum-hf")
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("OPENAI_API_KEY", "dummy")
+    try:
+        rc = se.main(["--model", "openai/spectrum-hf", "--api-base", f"http://127.0.0.1:{server.server_address[1]}/v1",
+                      "--rows", "1", "--concurrency", "1", "--out", str(tmp_path / "eval"), "--json", "--no-progress"])
+    finally:
+        server.shutdown()
+        server.server_close()
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    m = json.loads(out)["models"]["openai/spectrum-hf"]
+    assert m["scans_total"] == 12 and m["rows_errored"] == 0 and m["score"] > 0, m
+    assert set(m["faults"]) <= {"invalid_report", "skip_call_budget"}, m["faults"]  # no text-only or junk reply
+    row = json.loads((tmp_path / "eval" / "rows.jsonl").read_text().splitlines()[0])
+    refusals = [x["content"] for x in row["messages"] if x["role"] == "tool" and x["content"].startswith("Error")]
+    assert len(refusals) == m["faults"].get("invalid_report", 0)
+    assert all(r.startswith("Error: too many regions: 17 > 16") for r in refusals), refusals
+    assert m["scans_skipped_total"] < 12
 
 
 def test_two_processes_train_fresh_bands(tmp_path):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import tomllib
@@ -32,6 +33,7 @@ class RunConfig:
     use_cpu: bool = True  # --no-use-cpu on GPUs (accelerate launch)
     bf16: bool = False  # GPUs: bfloat16 mixed precision
     gradient_checkpointing: bool = False  # trades compute for memory (TRL's default is on; a 135M model needs no saving)
+    overwrite: bool = False  # replace the run already recorded in OUT (without it such an OUT is refused)
 
     def check(self) -> None:
         from spectrum_rft.training.models import model_kind  # noqa: PLC0415
@@ -158,10 +160,26 @@ def load_config(cls: type, argv: list[str], prog: str, description: str) -> Any:
     return cfg
 
 
+def check_out(cfg: RunConfig, *, rank: str = "0") -> None:
+    """An ``--out`` that already holds a run (its ``config.json``) is never silently replaced: refused unless
+    ``--overwrite``, or ``--resume`` to go on from it. Checked by the launcher's rank 0 only (``rank``: the
+    ``RANK`` torchrun/accelerate set), before any process writes the new run's config."""
+    out = Path(cfg.out)
+    if rank != "0" or cfg.overwrite or getattr(cfg, "resume", False):
+        return
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out}: a file, not a folder")
+    if (out / "config.json").is_file():
+        hint = ", --resume to go on from its last checkpoint" if hasattr(cfg, "resume") else ""
+        raise ValueError(f"--out {out} already holds a run: pass --overwrite to replace it{hint}, or choose another --out")
+
+
 def parse_or_say(cls: type, argv: list[str] | None, prog: str, description: str) -> Any:
     """The command's config, or None after printing the one-line reason it is unusable."""
     try:
-        return load_config(cls, list(sys.argv[1:] if argv is None else argv), prog, description)
+        cfg = load_config(cls, list(sys.argv[1:] if argv is None else argv), prog, description)
+        check_out(cfg, rank=os.environ.get("RANK", "0"))
+        return cfg
     except (ValueError, OSError, tomllib.TOMLDecodeError) as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return None

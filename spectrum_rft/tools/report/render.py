@@ -77,8 +77,12 @@ def _span(axis: str, xs: Sequence[int]) -> str:
     return f"{axis} {xs[0]}" if len(xs) == 1 else f"{axis}s {xs[0]}-{xs[-1]}"
 
 
-def plot_png(report: dict, path: str) -> str:
-    """Per-epoch curves of the four metrics, one line per run, dashed least-squares fits."""
+MAX_LABELLED_TICKS = 12  # up to this many x values, each gets its own tick
+
+
+def figure(report: dict):  # noqa: ANN201 (a matplotlib Figure)
+    """The figure :func:`plot_png` saves: per-epoch curves of the four metrics, one line per run, dashed
+    least-squares fits; the x ticks are the groups themselves (one epoch: one tick, not -0.045..0.045)."""
     import matplotlib  # noqa: PLC0415
 
     matplotlib.use("Agg")  # explicit: a report must never need a display
@@ -86,6 +90,7 @@ def plot_png(report: dict, path: str) -> str:
     from matplotlib.ticker import MaxNLocator  # noqa: PLC0415
 
     fig, axes = plt.subplots(2, 2, figsize=(10, 7), constrained_layout=True)
+    xs = sorted({p[run["axis"]] for run in report["runs"] for p in run["per_epoch"]})
     for ax, m in zip(axes.flat, METRICS):
         for i, run in enumerate(report["runs"]):
             axis = run["axis"]
@@ -100,11 +105,23 @@ def plot_png(report: dict, path: str) -> str:
                 ax.plot([x0, x1], [t["intercept"] + t["slope"] * x0, t["intercept"] + t["slope"] * x1], "--",
                         color=color, alpha=0.6)
         ax.set_title(m)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if xs and len(xs) <= MAX_LABELLED_TICKS:
+            ax.set_xticks(xs)
+            ax.set_xlim(xs[0] - 0.5, xs[-1] + 0.5)
+        else:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel(report["runs"][0]["axis"] if report["runs"] else "epoch")
         ax.grid(alpha=0.3)
     axes.flat[0].legend(fontsize="small")
     fig.suptitle("spectrum-rft report: per-epoch means (dashed: least-squares fit)")
+    return fig
+
+
+def plot_png(report: dict, path: str) -> str:
+    """Save :func:`figure` as a PNG at ``path``."""
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    fig = figure(report)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
     plt.close(fig)

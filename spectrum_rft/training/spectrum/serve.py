@@ -8,8 +8,17 @@ It renders with the checkpoint's own chat template (the tool template training u
 parse_response``), the same two steps GRPO training took, so what the evaluator sees is what the trainer
 rewarded. One request at a time (CPU), greedy when ``temperature`` is 0 or absent.
 
-    POST /v1/chat/completions   {messages, tools?, max_tokens?, temperature?}
+    POST /v1/chat/completions   {messages, tools?, tool_choice?, max_tokens?, temperature?}
     GET  /v1/models
+
+**The grammar, on request**: a request with ``tools`` and ``"tool_choice": "required"`` (OpenAI's way to
+ask for a tool call), or any request with ``tools`` to a server started with ``--grammar``, is sampled
+under the tool-call grammar of *its* tools, by the sampler constrained GRPO trains with
+(:class:`~spectrum_rft.training.spectrum.sampler.GroupSampler`: xgrammar's logits processor, lists up to
+one item past ``maxItems`` so the env still refuses a report over the cap). The reply is then one well
+formed call. ``spectrum-rft eval --model openai/NAME --api-base http://127.0.0.1:PORT/v1`` against
+``serve-hf --grammar`` scores a checkpoint on whole episodes under the grammar; without ``--grammar``,
+on its own.
 
 Why not ``transformers serve`` (transformers 5.24, ``/v1/chat/completions``): it renders with the saved
 tokenizer's template too, but it does not read tool calls back the way training did. It calls
@@ -76,7 +85,7 @@ def _messages(raw: Any) -> list[dict]:
 class HfChatModel:
     """A causal LM + its tokenizer answering chat requests (one at a time)."""
 
-    def __init__(self, model_dir: str | Path, threads: int = 0) -> None:
+    def __init__(self, model_dir: str | Path, threads: int = 0, *, grammar: bool = False) -> None:
         import torch  # noqa: PLC0415
         from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415
 
@@ -88,9 +97,23 @@ class HfChatModel:
         self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
         self.max_len = getattr(self.model.config, "max_position_embeddings", 8192)
         self.lock = threading.Lock()
+        self.grammar = grammar  # every request with tools is sampled under their grammar
+        self._samplers: dict[str, Any] = {}  # compiled grammars, by the request's tools
+
+    def _sampler(self, tools: list) -> Any:
+        """The constrained sampler of a request's tools (compiled once per distinct tool list)."""
+        from spectrum_rft.training.spectrum.sampler import GroupSampler  # noqa: PLC0415
+
+        key = json.dumps(tools, sort_keys=True)
+        if key not in self._samplers:
+            try:
+                self._samplers[key] = GroupSampler(self.tok, tools=tools, grammar_tools=tools, constrained=True,
+                                                   vocab_size=self.model.config.vocab_size)
+            except Exception as e:  # noqa: BLE001 (a schema the grammar compiler refuses is the request's problem)
+                raise BadRequest(f"cannot build the tool-call grammar of these tools: {e}") from e
+        return self._samplers[key]
 
     def complete(self, body: dict) -> dict:
-        import torch  # noqa: PLC0415
         from trl.chat_template_utils import parse_response  # noqa: PLC0415
 
         messages = _messages(body.get("messages"))
@@ -109,16 +132,10 @@ class HfChatModel:
         if n_prompt >= self.max_len:
             raise BadRequest(f"the prompt has {n_prompt} tokens; the model's context is {self.max_len}")
         max_new = min(max_new, self.max_len - n_prompt)
-        kwargs: dict[str, Any] = {"max_new_tokens": max_new, "pad_token_id": self.tok.pad_token_id or self.tok.eos_token_id,
-                                  "eos_token_id": self.tok.eos_token_id}
-        if temperature > 0:
-            kwargs.update(do_sample=True, temperature=float(temperature), top_k=0, top_p=1.0)
+        if tools and (self.grammar or body.get("tool_choice") == "required"):
+            new, finished = self._constrained(tools, prompt_ids[0].tolist(), max_new, float(temperature))
         else:
-            kwargs.update(do_sample=False)
-        with self.lock, torch.no_grad():
-            out = self.model.generate(**enc, **kwargs)
-        new = out[0, n_prompt:].tolist()
-        finished = bool(new) and new[-1] == self.tok.eos_token_id
+            new, finished = self._free(enc, n_prompt, max_new, float(temperature))
         parsed = parse_response(self.tok, new, prefix=prompt_ids[0].tolist()) if new else {"content": ""}
         message: dict[str, Any] = {"role": "assistant", "content": parsed.get("content") or None}
         calls = parsed.get("tool_calls") or []
@@ -131,6 +148,31 @@ class HfChatModel:
         return {"id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion", "created": int(time.time()),
                 "model": body.get("model", "hf"), "choices": [{"index": 0, "message": message, "finish_reason": reason}],
                 "usage": {"prompt_tokens": n_prompt, "completion_tokens": len(new), "total_tokens": n_prompt + len(new)}}
+
+
+    def _free(self, enc: Any, n_prompt: int, max_new: int, temperature: float) -> tuple[list[int], bool]:
+        """The model on its own: its new tokens and whether it ended its turn."""
+        import torch  # noqa: PLC0415
+
+        kwargs: dict[str, Any] = {"max_new_tokens": max_new, "pad_token_id": self.tok.pad_token_id or self.tok.eos_token_id,
+                                  "eos_token_id": self.tok.eos_token_id}
+        if temperature > 0:
+            kwargs.update(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
+        else:
+            kwargs.update(do_sample=False)
+        with self.lock, torch.no_grad():
+            out = self.model.generate(**enc, **kwargs)
+        new = out[0, n_prompt:].tolist()
+        return new, bool(new) and new[-1] == self.tok.eos_token_id
+
+    def _constrained(self, tools: list, prompt_ids: list[int], max_new: int, temperature: float) -> tuple[list[int], bool]:
+        """One completion under the tool-call grammar of ``tools``: its tokens and whether it ended its turn."""
+        with self.lock:
+            sampler = self._sampler(tools)
+            sampler.max_new_tokens = max_new
+            comps, _ = sampler.sample_prompts(self.model, [prompt_ids], temperature=temperature)
+        new = comps[0]
+        return new, bool(new) and new[-1] in sampler.stop_ids
 
 
 def make_server(model: HfChatModel, name: str, port: int = 0) -> ThreadingHTTPServer:
@@ -175,12 +217,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--name", default="spectrum-hf", help="the model id the server reports")
     ap.add_argument("--port", type=int, default=8011)
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    ap.add_argument("--grammar", action="store_true",
+                    help="sample every request that has tools under the tool-call grammar of its tools (one well "
+                         "formed call per reply, as constrained training samples); without it a request asks with "
+                         "tool_choice 'required'")
     a = ap.parse_args(argv)
     if not (Path(a.model) / "config.json").is_file():
         print(f"spectrum-rft serve-hf: {a.model}: not a model directory (no config.json)", file=sys.stderr)
         return 2
-    server = make_server(HfChatModel(a.model, a.threads), a.name, a.port)
-    print(f"serving {a.name} ({a.model}) at http://127.0.0.1:{server.server_address[1]}/v1", flush=True)
+    server = make_server(HfChatModel(a.model, a.threads, grammar=a.grammar), a.name, a.port)
+    print(f"serving {a.name} ({a.model}) at http://127.0.0.1:{server.server_address[1]}/v1"
+          f"{' under the tool-call grammar' if a.grammar else ''}", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
