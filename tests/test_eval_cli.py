@@ -91,6 +91,13 @@ def test_files_written_turn(turn_ladder):
         # the table's score is the mean over rows of the entry's EvaluateResult
         scores = [r.evaluation_result.score for r in rows if r.input_metadata.completion_params["model"] == name]
         assert s["score"] == pytest.approx(sum(scores) / len(scores), abs=1e-6)
+        # the plot's band: each scan's standard error over the 4 rows
+        curves = [r.execution_metadata.extra["spectrum"]["per_scan_reward"] for r in rows
+                  if r.input_metadata.completion_params["model"] == name]
+        for i, got in enumerate(s["per_scan_reward_se"]):
+            col = [c[i] for c in curves]
+            m = sum(col) / 4
+            assert got == pytest.approx((sum((x - m) ** 2 for x in col) / 3) ** 0.5 / 2, abs=1e-6)
     assert (out / "pytest.log").read_text().count("passed") >= 1
 
 
@@ -188,7 +195,7 @@ def test_plot_uses_no_global_backend(tmp_path):
 
     before = matplotlib.get_backend() if "matplotlib.pyplot" in sys.modules else None
     path = se.plot_per_scan({"a": [0.1, 0.2, 0.3], "b (privileged)": [1.0, 1.0, 1.0], "empty": []},
-                            tmp_path / "p.png", "t")
+                            tmp_path / "p.png", "t", {"a": [0.05, None, 0.02], "b (privileged)": [None] * 3})
     assert path.read_bytes()[:8] == PNG_MAGIC
     if before is not None:
         assert matplotlib.get_backend() == before

@@ -216,9 +216,11 @@ def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset:
     plot = None
     curves = {displays[k]: v["per_scan_reward"] for k, v in models.items() if v.get("per_scan_reward")}
     if run.stopped != "interrupted" and curves:  # after Ctrl-C, or with no row scored: no (blank) figure
+        bands = {displays[k]: v.get("per_scan_reward_se") for k, v in models.items() if v.get("per_scan_reward")}
         plot = str(plot_per_scan(curves,
                                  out / "per_scan_reward.png",
-                                 f"{path} path, preset {preset}, memory {memory_mode}, reward {reward}, {rows} rows"))
+                                 f"{path} path, preset {preset}, memory {memory_mode}, reward {reward}, {rows} rows "
+                                 "(band: +- 1 SE over rows)", bands))
     summary = {
         "rows": rows, "path": path, "preset": preset, "memory_mode": memory_mode, "reward": reward, "prompt": prompt,
         "models": models, "plot": plot, "out": str(out), "log": str(out / "pytest.log"), "wall_s": wall,

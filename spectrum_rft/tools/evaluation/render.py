@@ -76,9 +76,11 @@ def skip_warnings(models: dict[str, dict[str, Any]], displays: dict[str, str] | 
     return out
 
 
-def plot_per_scan(curves: dict[str, Sequence[float]], path: Path, title: str) -> Path:
-    """Mean per-scan reward against scan index, one line per model (PNG). The Agg canvas is chosen
-    here, for this figure only: nothing global (no pyplot, no backend switch at import)."""
+def plot_per_scan(curves: dict[str, Sequence[float]], path: Path, title: str,
+                  bands: dict[str, Sequence[float | None]] | None = None) -> Path:
+    """Mean per-scan reward against scan index, one line per model, shaded +- 1 standard error over rows
+    where ``bands`` has one (PNG). The Agg canvas is chosen here, for this figure only: nothing global (no
+    pyplot, no backend switch at import)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415
     from matplotlib.figure import Figure  # noqa: PLC0415
 
@@ -87,7 +89,12 @@ def plot_per_scan(curves: dict[str, Sequence[float]], path: Path, title: str) ->
     ax = fig.add_subplot(1, 1, 1)
     for label, ys in curves.items():
         if ys:
-            ax.plot(range(1, len(ys) + 1), ys, marker="o", markersize=3.5, linewidth=1.6, label=label)
+            line, = ax.plot(range(1, len(ys) + 1), ys, marker="o", markersize=3.5, linewidth=1.6, label=label)
+            se = list((bands or {}).get(label) or [])
+            pts = [(i + 1, y, s) for i, (y, s) in enumerate(zip(ys, se)) if s is not None]
+            if pts:
+                ax.fill_between([p[0] for p in pts], [p[1] - p[2] for p in pts], [p[1] + p[2] for p in pts],
+                                color=line.get_color(), alpha=0.18, linewidth=0)
     ax.set_xlabel("scan")
     ax.set_ylabel("mean reward")
     ax.set_ylim(-0.02, 1.05)

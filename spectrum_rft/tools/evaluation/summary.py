@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
+from spectrum_rft.common.stats import standard_error
 from spectrum_rft.rollouts.failures import CAUSE_OF_FAULT, FAILURE_CAUSES, MODEL_FAILURE
 from spectrum_rft.task.reward import is_finite_number
 
@@ -151,9 +152,10 @@ def summarize(rows: Sequence[dict]) -> dict[str, Any]:
         out[name] = round(sum(vals) / len(vals), 6) if vals else None
     curves = [per_scan_rewards(r) for r in rows]
     n = max((len(c) for c in curves), default=0)
-    out["per_scan_reward"] = [
-        round(sum(c[i] for c in curves if len(c) > i) / max(1, sum(len(c) > i for c in curves)), 6) for i in range(n)
-    ]
+    cols = [[c[i] for c in curves if len(c) > i] for i in range(n)]
+    out["per_scan_reward"] = [round(sum(col) / max(1, len(col)), 6) for col in cols]
+    # the standard error of each scan's mean over rows (None with fewer than two rows): the plot's band
+    out["per_scan_reward_se"] = [None if (se := standard_error(col)) is None else round(se, 6) for col in cols]
     out["rows"] = len(rows)
     errored = [r for r in rows if is_error_row(r)]
     out["rows_errored"] = len(errored)
