@@ -360,3 +360,47 @@ def test_local_model_without_the_local_extra_says_what_to_install(tmp_path, caps
     assert rc == 1, err
     assert "bash scripts/install.sh dev,local" in err and err.count("\n") == 1
     assert not (tmp_path / "o" / "rows.jsonl").exists()
+
+
+def test_resume_runs_only_the_unfinished_rows(offline_env, tmp_path, capsys):
+    """--resume keeps a stopped run's finished rows as they are and runs the others: the result equals an
+    uninterrupted run's; a run with other flags, a finished run or a folder without a run is one line."""
+    import shutil
+
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    argv = ["--rows", "3", "--model", "memoryless", "--model", "accumulate", "--json", "--no-progress"]
+    assert se.main([*argv, "--out", str(full)]) == 0
+    capsys.readouterr()
+    shutil.copytree(full, cut)  # the same run, cut off after accumulate's first row
+    lines = (full / "rows.jsonl").read_text().splitlines()
+    (cut / "rows.jsonl").write_text("\n".join(lines[:4]) + "\n")
+    summary = json.loads((cut / "summary.json").read_text())
+    summary["models"]["spectrum/accumulate"]["rows"] = 1
+    (cut / "summary.json").write_text(json.dumps(summary))
+    assert se.main([*argv, "--out", str(cut), "--resume"]) == 0
+    cap = capsys.readouterr()
+    assert "resume: 4 finished rows kept, 2 of 3 rows to run" in cap.err
+    got = (cut / "rows.jsonl").read_text().splitlines()
+    assert got[:4] == lines[:4]  # the kept rows, untouched
+    full_rows = [json.loads(x) for x in lines]
+    cut_rows = [json.loads(x) for x in got]
+    assert [(r["input_metadata"]["row_id"], r["evaluation_result"]["score"]) for r in cut_rows] == \
+        [(r["input_metadata"]["row_id"], r["evaluation_result"]["score"]) for r in full_rows]
+    resumed = json.loads((cut / "summary.json").read_text())
+    assert resumed["resumed"] == {"kept_rows": 4, "ran_rows": 2}
+    assert resumed["models"]["spectrum/accumulate"]["rows"] == 3
+    assert resumed["models"]["spectrum/accumulate"]["score"] == \
+        json.loads((full / "summary.json").read_text())["models"]["spectrum/accumulate"]["score"]
+    assert not (cut / "dataset.resume.jsonl").exists() and not (cut / "dataset.jsonl.resume").exists()
+
+    assert se.main([*argv, "--out", str(cut), "--resume"]) == 1  # nothing left
+    assert "every row of the run" in capsys.readouterr().err
+    assert se.main([*argv, "--salt", "other", "--out", str(cut), "--resume"]) == 1
+    err = capsys.readouterr().err
+    assert "has other rows" in err and err.count("\n") == 1
+    assert (cut / "rows.jsonl").read_text().splitlines() == got  # nothing lost
+    assert se.main([*argv, "--out", str(tmp_path / "none"), "--resume"]) == 2
+    assert "holds no run" in capsys.readouterr().err
+    assert se.main([*argv, "--out", str(cut), "--resume", "--overwrite"]) == 2
+    assert se.main([*argv, "--out", str(cut)]) == 2
+    assert "--resume to go on with it" in capsys.readouterr().err

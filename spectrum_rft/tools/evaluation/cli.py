@@ -98,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--salt", default="", help="band salt (rows are reproducible for a given salt)")
     ap.add_argument("--out", default=None, help="results folder (default: runs/eval/<path>-<time>)")
     ap.add_argument("--overwrite", action="store_true", help="replace the run an existing --out folder holds")
+    ap.add_argument("--resume", action="store_true",
+                    help="go on with the run --out holds (stopped by --timeout, Ctrl-C or a crash): keep its finished "
+                         "rows, run only the unfinished ones (the same flags as the first run)")
     ap.add_argument("--timeout", type=_seconds, default=1800.0,
                     help="seconds per model (> 0); the run is stopped after this times the number of models, "
                          "keeping the rows that finished, and exits 1")
@@ -118,6 +121,39 @@ def write_dataset(path: Path, n: int, *, preset: str, memory_mode: str | None, r
         for r in rows:
             r["environment_context"]["max_calls_per_scan"] = max_calls_per_scan
     return write_jsonl(rows, path)
+
+
+def kept_rows(out: Path, dataset: Path, specs: list[ModelSpec]) -> list[list[dict]]:
+    """For ``--resume``: the finished rows the run in ``out`` kept, for each of ``specs`` (a model the run did
+    not have: none; ``local`` matches the label it was given, ``local (<model>)``). ``dataset`` is this run's dataset, built beside the kept one: they must be identical (same
+    rows, preset, salt, ...), else :class:`EvalError` says so."""
+    kept_dataset, rows_file, summary_file = out / "dataset.jsonl", out / "rows.jsonl", out / "summary.json"
+    if not (kept_dataset.is_file() and rows_file.is_file() and summary_file.is_file()):
+        raise EvalError(f"--resume: {out} holds no run to go on with (dataset.jsonl, rows.jsonl, summary.json)")
+    if kept_dataset.read_bytes() != dataset.read_bytes():
+        raise EvalError(f"--resume: the run in {out} has other rows (its dataset.jsonl differs): give the flags of "
+                        "the first run (--rows, --preset, --memory-mode, --prompt, --reward, --salt, "
+                        "--max-calls-per-scan), or another --out")
+    try:
+        summary = json.loads(summary_file.read_text())
+        lines = [json.loads(x) for x in rows_file.read_text().splitlines() if x.strip()]
+        counts = [(label, int(m["rows"])) for label, m in summary["models"].items()]
+    except (ValueError, KeyError, TypeError) as e:
+        raise EvalError(f"--resume: cannot read the run in {out}: {e}") from e
+    if sum(n for _, n in counts) != len(lines):
+        raise EvalError(f"--resume: {rows_file} does not hold the rows its summary.json counts")
+    by_label, i = {}, 0
+    for label, n in counts:  # rows.jsonl holds each model's rows in turn (write_model_rows)
+        by_label[label], i = lines[i:i + n], i + n
+    def kept_of(label: str) -> list[dict]:
+        started = [k for k in by_label if k.startswith(f"{label} (")] if label == "local" else []
+        return by_label.get(label) or (by_label[started[0]] if started else [])
+
+    return [kept_of(spec.label) for spec in specs]
+
+
+def _row_id(row: dict) -> Any:
+    return (row.get("input_metadata") or {}).get("row_id")
 
 
 def start_local_models(specs: list[ModelSpec], stack: ExitStack, bar: Progress) -> list[Watchdog]:
@@ -169,7 +205,7 @@ def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset:
              memory_mode: str | None = None, reward: str = "default", prompt: str = "explicit", salt: str = "",
              max_calls_per_scan: int | None = None, concurrency: int = 16, timeout: float = 1800.0,
              keep_ep_logs: bool = False, progress: bool = True,
-             watchdogs: Sequence[Watchdog] = ()) -> dict[str, Any]:
+             watchdogs: Sequence[Watchdog] = (), resume: bool = False) -> dict[str, Any]:
     """Run every model through the ``path`` entry; write rows, summary and plot under ``out``; return the
     summary (``models[label]``: the table's metrics, the per-scan curve, row and error counts, error
     causes, fault totals, skipped scans).
@@ -194,9 +230,27 @@ def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset:
     if rows > MAX_ROWS:
         raise ValueError(f"--rows {rows} is more than {MAX_ROWS} bands per model; run it in parts (--salt, --out)")
     out.mkdir(parents=True, exist_ok=True)
-    dataset = write_dataset(out / "dataset.jsonl", rows, preset=preset, memory_mode=memory_mode, reward=reward,
-                            prompt=prompt, salt=salt, max_calls_per_scan=max_calls_per_scan)
-    bar = Progress(len(specs), rows, path, enabled=progress)
+    dataset = write_dataset(out / ("dataset.jsonl.resume" if resume else "dataset.jsonl"), rows, preset=preset,
+                            memory_mode=memory_mode, reward=reward, prompt=prompt, salt=salt,
+                            max_calls_per_scan=max_calls_per_scan)
+    all_ids = [json.loads(line).get("id") for line in dataset.read_text().splitlines() if line.strip()]
+    kept: list[list[dict]] = []
+    if resume:  # run only the rows some model has not finished; keep the rest
+        try:
+            kept = kept_rows(out, dataset, specs)
+        finally:
+            dataset.unlink(missing_ok=True)
+        done = [{_row_id(r) for r in rs} for rs in kept]
+        todo = [i for i in all_ids if any(i not in d for d in done)]
+        lines = [x for x in (out / "dataset.jsonl").read_text().splitlines() if x.strip()]
+        dataset = out / "dataset.resume.jsonl"
+        dataset.write_text("".join(x + "\n" for x in lines if json.loads(x).get("id") in set(todo)))
+        if not todo:
+            raise EvalError(f"--resume: every row of the run in {out} is finished; nothing to resume")
+        print(f"resume: {sum(len(v) for v in kept)} finished rows kept, {len(todo)} of {rows} rows to run",
+              file=sys.stderr, flush=True)
+    n_run = len(all_ids) if not resume else len(todo)
+    bar = Progress(len(specs), n_run, path, enabled=progress)
     dogs = list(watchdogs)
     with ExitStack() as stack:
         dogs += start_local_models(specs, stack, bar)
@@ -204,14 +258,20 @@ def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset:
             spec.params = {**PATH_PARAM_DEFAULTS.get(path, {}), **spec.params}
         bar.model(0, specs[0].label)
         try:
-            run = run_models(path, specs, dataset, rows, concurrency=concurrency, log_path=out / "pytest.log",
+            run = run_models(path, specs, dataset, n_run, concurrency=concurrency, log_path=out / "pytest.log",
                              timeout=max(1.0, timeout * len(specs) - (time.monotonic() - started)),
                              keep_ep_logs=keep_ep_logs, progress=bar, watchdogs=dogs)
         finally:
             bar.finish()
     wall = round(time.monotonic() - started, 2)
-    ids = [json.loads(line).get("id") for line in dataset.read_text().splitlines() if line.strip()]
-    models, cut_off = write_model_rows(specs, run, ids, rows, out / "rows.jsonl")
+    if resume:  # the kept rows and this run's, each model's in dataset order (a row it had finished: the kept one)
+        order = {i: k for k, i in enumerate(all_ids)}
+        for spec, mine in zip(specs, kept):
+            have = {_row_id(r) for r in mine}
+            new = [r for r in run.by_model.get(spec.label, []) if _row_id(r) not in have]
+            run.by_model[spec.label] = sorted(mine + new, key=lambda r: order.get(_row_id(r), len(order)))
+        dataset.unlink(missing_ok=True)
+    models, cut_off = write_model_rows(specs, run, all_ids, rows, out / "rows.jsonl")
     displays = {s.label: s.display for s in specs}
     plot = None
     curves = {displays[k]: v["per_scan_reward"] for k, v in models.items() if v.get("per_scan_reward")}
@@ -227,6 +287,7 @@ def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset:
         "displays": displays, "missing": [k for k, v in models.items() if v["rows"] < rows],
         "stopped": run.stopped, "aborted": run.message if run.stopped == "aborted" else None, "cut_off": cut_off,
         "timeout_s": timeout, "run_s": run.elapsed_s,
+        "resumed": {"kept_rows": sum(len(v) for v in kept), "ran_rows": n_run} if resume else None,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
@@ -247,7 +308,8 @@ def report(summary: dict[str, Any], *, as_json: bool = False) -> int:
     if stopped == "interrupted":
         kept = sum(v["rows"] for v in models.values())
         print(f"spectrum-rft eval: interrupted: the run was stopped; {kept} of {summary['rows'] * len(models)} rows "
-              f"had finished and are kept in {out} (rows.jsonl, summary.json)", file=sys.stderr)
+              f"had finished and are kept in {out} (rows.jsonl, summary.json); the same command with --resume "
+              "runs the rest", file=sys.stderr)
         return 130
     if as_json:
         keys = (*METRICS, "privileged", "rows_errored", "error_cause", "rows_unfinished", "scans_skipped_total",
@@ -287,7 +349,8 @@ def report(summary: dict[str, Any], *, as_json: bool = False) -> int:
             failed.add(name)
     cut = ", ".join(f"{displays.get(k, k)} ({models[k]['rows']}/{summary['rows']} rows finished)"
                     for k in summary.get("cut_off") or ()) or "no model"
-    kept = f"finished rows kept in {Path(out) / 'rows.jsonl'} and summary.json (log: {log})"
+    kept = (f"finished rows kept in {Path(out) / 'rows.jsonl'} and summary.json (log: {log}); the same command "
+            "with --resume runs the rest")
     if stopped == "timeout":
         lines.append(f"spectrum-rft eval: timeout: the run was stopped after {summary.get('run_s', 0):.0f} s "
                      f"(--timeout {summary['timeout_s']:g} s per model); cut off by the timeout: {cut}; {kept}")
@@ -301,13 +364,18 @@ def report(summary: dict[str, Any], *, as_json: bool = False) -> int:
     return 1 if failed or stopped else 0
 
 
-def out_problem(out: Path, overwrite: bool) -> str | None:
+def out_problem(out: Path, overwrite: bool, resume: bool = False) -> str | None:
     """Why ``--out`` cannot take this run (one line), or None after making the folder. A folder that holds a
-    run is never replaced silently."""
+    run is never replaced silently: ``--overwrite`` replaces it, ``--resume`` goes on with it."""
     if out.exists() and not out.is_dir():
         return f"--out {out} is a file; give a folder"
-    if (out / "rows.jsonl").exists() and not overwrite:
-        return f"--out {out} already holds a run (rows.jsonl): give another folder, or --overwrite to replace it"
+    if overwrite and resume:
+        return "--overwrite replaces the run in --out and --resume goes on with it: give one"
+    if resume and not (out / "rows.jsonl").exists():
+        return f"--resume: {out} holds no run to go on with (no rows.jsonl)"
+    if (out / "rows.jsonl").exists() and not (overwrite or resume):
+        return (f"--out {out} already holds a run (rows.jsonl): give another folder, --resume to go on with it, or "
+                "--overwrite to replace it")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -331,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         ap.error(str(e))
     out = Path(a.out) if a.out else PROJECT_ROOT / "runs" / "eval" / f"{a.path}-{time.strftime('%Y%m%d-%H%M%S')}"
-    problem = out_problem(out, a.overwrite)
+    problem = out_problem(out, a.overwrite, a.resume)
     if problem:
         print(f"spectrum-rft eval: {problem}", file=sys.stderr)
         return 2
@@ -339,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
         summary = run_eval(specs, path=a.path, rows=a.rows, out=out, preset=a.preset, memory_mode=a.memory_mode,
                            reward=a.reward, prompt=a.prompt, salt=a.salt, max_calls_per_scan=a.max_calls_per_scan,
                            concurrency=a.concurrency, timeout=a.timeout, keep_ep_logs=a.ep_logs,
-                           progress=not a.no_progress)
+                           progress=not a.no_progress, resume=a.resume)
     except ValueError as e:
         ap.error(str(e))
     except (EvalError, LocalServerError) as e:
