@@ -1,7 +1,7 @@
 """Shared test settings.
 
 * Every test runs offline: eval-protocol uploads off, litellm's bundled price map, no browser, no
-  Fireworks key (``spectrum_eval.OFFLINE_ENV``, the same settings ``spectrum-rft eval`` gives its child).
+  Fireworks key (``spectrum_rft.tools.evaluation.OFFLINE_ENV``, the same settings ``spectrum-rft eval`` gives its child).
   litellm reads LITELLM_LOCAL_MODEL_COST_MAP when it is first imported, before any conftest runs, so
   ``scripts/test.sh`` exports these too; here they cover what tests start themselves.
 * Hypothesis explores new random examples on every local run (that is how it finds edge cases), but in

@@ -1,7 +1,7 @@
 """Honest failure (issue 11), on both rollout paths, with real HTTP servers on 127.0.0.1.
 
 * A rollout whose model never produced one usable reply is an ERROR row naming the cause
-  (``spectrum_turn_processor.mark_model_failure``), still carrying the env's complete record, and it is not
+  (``spectrum_rft.rollouts.loop.mark_model_failure``), still carrying the env's complete record, and it is not
   retried by eval-protocol (rows go through eval-protocol's own ``rollout_processor_with_retry``).
 * A model that worked and then failed is not an error: its later scans are skipped and counted.
 * A huge refused tool call is judged as sent but kept in the row only as a bounded preview.

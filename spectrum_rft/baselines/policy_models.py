@@ -49,7 +49,7 @@ from spectrum_rft.task.environment import env_for_row
 from spectrum_rft.task.window import is_scan_message, report_call_ids
 
 PROVIDER = SCRIPTED_MODEL_PREFIX.rstrip("/")
-METADATA_KEY = ROW_METADATA_KEY  # the litellm ``metadata`` key the transports fill (rollouts.loop.row_metadata)
+METADATA_KEY = ROW_METADATA_KEY  # the litellm ``metadata`` key the transports fill (rollouts.scripted.row_metadata)
 _NUM = re.compile(r"-?\d+(?:\.\d+)?")
 
 

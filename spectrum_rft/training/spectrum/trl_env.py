@@ -125,10 +125,9 @@ def scan_metrics(env: SpectrumEnv, scan: int, reference: float | None = None) ->
 
 
 class _not_a_tool:
-    """A method TRL must not expose as a tool. trl 1.16 lists tools with
-    ``inspect.getmembers(type(env), inspect.isfunction)`` (earlier versions: ``getmembers(env, ismethod)``):
-    on the class this descriptor is itself (not a function), on an instance a ``functools.partial`` (not a
-    bound method), so neither rule sees it."""
+    """A method TRL must not expose as a tool. trl 1.16 (pinned) lists tools with
+    ``inspect.getmembers(type(env), inspect.isfunction)``: on the class this descriptor is itself (not a
+    function), so TRL does not see it; on an instance it is a ``functools.partial`` of the method."""
 
     def __init__(self, fn: Callable) -> None:
         self.fn = fn
@@ -337,10 +336,9 @@ def environment_factories() -> dict[str, type[SpectrumToolEnv]]:
 
 def tool_names(env: Any) -> set[str]:
     """The tools TRL exposes for ``env``: public functions of its class other than reset/get_reward (trl
-    1.16's rule), together with public bound methods of the instance (the rule of earlier versions)."""
+    1.16's rule)."""
     by_class = {n for n, _ in inspect.getmembers(type(env), predicate=inspect.isfunction)}
-    by_instance = {n for n, _ in inspect.getmembers(env, predicate=inspect.ismethod)}
-    return {n for n in by_class | by_instance if n not in ("reset", "get_reward") and not n.startswith("_")}
+    return {n for n in by_class if n not in ("reset", "get_reward") and not n.startswith("_")}
 
 
 def spectrum_reward(environments: list[SpectrumToolEnv], log_metric: Callable | None = None,
