@@ -109,6 +109,35 @@ def test_the_env_not_the_grammar_refuses_a_list_over_the_cap(smollm):
     assert _accepts(m, tok, seventeen) and not m.accept_token(tok.encode(",", add_special_tokens=False)[0])
 
 
+def test_grammar_masks_replay_each_turn_from_its_start(smollm):
+    """On TRL's env path a completion holds turns separated by tool results (``tool_mask`` 0): each turn
+    is replayed from a fresh matcher, so the second call's masks equal those of the call alone; a turn the
+    grammar did not produce is counted and left unmasked from the refused token on."""
+    import torch
+
+    tok, model = smollm
+    tools = tool_schemas("scaffold")
+    masks = S.GrammarMasks.for_tools(tok, tools, model.config.vocab_size)
+    stop = S.stop_ids(tok)[-1]
+
+    def call(centres):
+        return tok.encode('<tool_call>\n{"name": "submit_report", "arguments": {"center_freqs": ['
+                          + ", ".join(map(str, centres)) + "]}}\n</tool_call>", add_special_tokens=False) + [stop]
+
+    a, b, result = call([41.5, 97]), call([300]), tok.encode("Scan 2 of 12: peaks at 300.1", add_special_tokens=False)
+    ids = torch.tensor([a + result + b])
+    mask = torch.tensor([[1] * len(a) + [0] * len(result) + [1] * len(b)])
+    both = masks(ids, mask)
+    alone_a = masks(torch.tensor([a]), torch.ones(1, len(a), dtype=torch.long))
+    alone_b = masks(torch.tensor([b]), torch.ones(1, len(b), dtype=torch.long))
+    assert both.shape == (len(a) + len(b), model.config.vocab_size) and masks.refused == 0
+    assert torch.equal(both, torch.cat([alone_a, alone_b]))
+    assert all(bool(both[i, t]) for i, t in enumerate(a + b))  # every sampled token was allowed
+    bad = tok.encode("I think 41.5", add_special_tokens=False)
+    free = masks(torch.tensor([bad]), torch.ones(1, len(bad), dtype=torch.long))
+    assert masks.refused == 1 and bool(free.all())  # refused at its first token: unmasked from there on
+
+
 def _trl_batch(tok, prompt_ids: list[int], completions: list[list[int]]) -> dict:
     """TRL's learner inputs for one group: prompts left-padded (one prompt here), completions right-padded."""
     import torch
@@ -261,8 +290,7 @@ def test_config_refuses_combinations_that_cannot_work():
     with pytest.raises(ValueError, match="keep --beta 0"):
         GrpoConfig(sampler="group", constrained=True, beta=0.04).check()
     GrpoConfig(sampler="group", constrained=True, beta=0.04, learner="unmasked").check()
-    with pytest.raises(ValueError, match="--learner unmasked"):
-        GrpoConfig(use_vllm=True, constrained=True).check()
+    GrpoConfig(use_vllm=True, constrained=True).check()  # the masked learner against vLLM's log-probs
 
 
 @pytest.mark.parametrize("shared_prefix,learner", [(False, "unmasked"), (True, "masked")])

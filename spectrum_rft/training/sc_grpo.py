@@ -120,7 +120,7 @@ class ScoreCentringGRPOTrainer(GRPOTrainer):
     """``GRPOTrainer`` with the loss of :mod:`.loss`. Extra keyword arguments: ``loss_kind`` (pg | tis | mis
     | is), ``score_centering``, ``topk`` (0: full form), ``sampler`` ("learner", "bfloat16" or a callable),
     ``shared_prefix`` (one learner forward per distinct prompt: :func:`completion_logits`), ``grammar_masks``
-    (a constrained sampler's masks, ``fn(completion_ids, completion_mask) -> allowed [N, V]``: the learner is
+    (a constrained sampler's masks, ``fn(completion_ids, mask) -> allowed [N, V]`` at the trained positions: the learner is
     then the policy that sampled, the masks applied in its log-softmax, so a token the grammar forced has
     log-prob 0 and no gradient; the importance ratio of the masked and of the unmasked policy to the
     sampler's log-probs is logged per step: ``is_ratio_*`` per token, ``seq_log_ratio_*`` per completion)."""
@@ -162,8 +162,7 @@ class ScoreCentringGRPOTrainer(GRPOTrainer):
         if self.grammar_masks is not None:  # the policy that sampled: the grammar's masks in the log-softmax
             with torch.no_grad():
                 unmasked_y = torch.log_softmax(scaled.detach(), dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
-            allowed = self.grammar_masks(completion_ids, inputs["completion_mask"])  # at completion_mask positions
-            allowed = allowed[mask[inputs["completion_mask"].bool()]].to(scaled.device)
+            allowed = self.grammar_masks(completion_ids, mask).to(scaled.device)  # at the trained positions
             scaled = scaled.masked_fill(~allowed, MASKED_LOGIT)
         return torch.log_softmax(scaled, dim=-1), tokens, mask, unmasked_y
 

@@ -88,43 +88,73 @@ def tool_call_grammar(tools: Sequence[dict], *, over_cap: int = OVER_CAP) -> str
     return str(grammar)
 
 
+def stop_ids(tokenizer: Any) -> list[int]:
+    """The tokens that end an assistant turn (chatml's ``<|im_end|>``, and the tokenizer's eos)."""
+    ids = {tokenizer.eos_token_id}
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    if isinstance(im_end, int) and im_end != tokenizer.unk_token_id:
+        ids.add(im_end)
+    return sorted(i for i in ids if i is not None)
+
+
+def compile_grammar(tokenizer: Any, tools: Sequence[dict], vocab_size: int) -> Any:
+    """xgrammar's compiled :func:`tool_call_grammar` of ``tools`` for ``tokenizer`` (a turn ends at
+    :func:`stop_ids`), over the model's ``vocab_size`` logits."""
+    import xgrammar as xgr  # noqa: PLC0415
+
+    info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size, stop_token_ids=stop_ids(tokenizer))
+    return xgr.GrammarCompiler(info).compile_grammar(tool_call_grammar(tools))
+
+
 class GrammarMasks:
-    """The masks the constrained sampler applied, replayed for the learner (``ScoreCentringGRPOTrainer(
-    grammar_masks=...)``): for each completion token, which tokens the grammar allowed at its position.
+    """The masks a constrained sampler applied, replayed for the learner (``ScoreCentringGRPOTrainer(
+    grammar_masks=...)``): for each trained completion token, which tokens the grammar allowed there.
 
     xgrammar's matcher is deterministic, so feeding it a completion's tokens one by one reproduces the
-    bitmask its Hugging Face logits processor applied when that token was sampled. A position from a token
-    the grammar refuses on (a completion the grammar did not produce) allows every token: it is counted in
-    :attr:`refused` and trained as the unconstrained policy."""
+    bitmask the sampler's logits processor (xgrammar's for transformers, vLLM's structured outputs) applied
+    when each token was sampled. Each run of consecutive trained positions is one model turn, sampled under
+    the grammar from its start: a turn after a tool result (TRL's env path, ``tool_mask``) starts a fresh
+    matcher. A position from a token the grammar refuses on (a turn the grammar did not produce) allows
+    every token: such turns are counted in :attr:`refused` and trained as the unconstrained policy."""
 
     def __init__(self, compiled_grammar: Any, vocab_size: int) -> None:
         self.compiled_grammar = compiled_grammar
         self.vocab_size = vocab_size
-        self.refused = 0  # completions with a token the grammar refuses
+        self.refused = 0  # turns with a token the grammar refuses
 
-    def __call__(self, completion_ids: Any, completion_mask: Any) -> Any:
-        """Allowed tokens ``[N, vocab]`` (bool) at the ``N`` positions where ``completion_mask`` is set, in
-        row-major order (the order of ``completion_ids[completion_mask]``)."""
+    @classmethod
+    def for_tools(cls, tokenizer: Any, tools: Sequence[dict], vocab_size: int) -> "GrammarMasks":
+        """The masks of the tool-call grammar of ``tools`` (what vLLM's structured outputs get in training)."""
+        return cls(compile_grammar(tokenizer, tools, vocab_size), vocab_size)
+
+    def __call__(self, completion_ids: Any, mask: Any) -> Any:
+        """Allowed tokens ``[N, vocab]`` (bool) at the ``N`` positions where ``mask`` (``[B, T]``: the trained
+        positions) is set, in row-major order (the order of ``completion_ids[mask]``)."""
         import torch  # noqa: PLC0415
         import xgrammar as xgr  # noqa: PLC0415
 
-        rows = []
-        for ids, keep in zip(completion_ids.tolist(), completion_mask.bool().tolist()):
-            n = sum(keep)
-            bitmask = torch.full((n, (self.vocab_size + 31) // 32), -1, dtype=torch.int32)  # -1: all allowed
-            matcher = xgr.GrammarMatcher(self.compiled_grammar)
-            for i, tok in enumerate(t for t, k in zip(ids, keep) if k):
-                if matcher.is_terminated():
-                    break
-                matcher.fill_next_token_bitmask(bitmask, i)
-                if not matcher.accept_token(tok):
-                    bitmask[i:] = -1
-                    self.refused += 1
-                    break
-            rows.append(bitmask)
-        packed = torch.cat(rows).to(completion_ids.device)
+        keep = mask.bool().tolist()
+        n = sum(map(sum, keep))
+        packed = torch.full((n, (self.vocab_size + 31) // 32), -1, dtype=torch.int32)  # -1: every token allowed
+        at = 0
+        for ids, row in zip(completion_ids.tolist(), keep):
+            matcher, live = None, False
+            for tok, k in zip(ids, row):
+                if not k:
+                    matcher = None  # a tool result (or padding): the next trained token opens a new turn
+                    continue
+                if matcher is None:
+                    matcher, live = xgr.GrammarMatcher(self.compiled_grammar), True
+                if live and not matcher.is_terminated():
+                    matcher.fill_next_token_bitmask(packed, at)
+                    if not matcher.accept_token(tok):
+                        packed[at] = -1
+                        live = False
+                        self.refused += 1
+                at += 1
+        packed = packed.to(completion_ids.device)
         bits = (packed.unsqueeze(-1) >> torch.arange(32, dtype=torch.int32, device=packed.device)) & 1
-        return bits.reshape(packed.size(0), -1)[:, :self.vocab_size].bool()
+        return bits.reshape(n, -1)[:, :self.vocab_size].bool()
 
 
 @dataclass
@@ -151,15 +181,10 @@ class GroupSampler:
         self.constrained = constrained
         self.max_new_tokens = max_new_tokens
         self.stats = SamplerStats()
-        self.grammar = tool_call_grammar(grammar_tools or tools) if constrained else None
-        self.compiled_grammar = None
-        if constrained:
-            import xgrammar as xgr  # noqa: PLC0415
-
-            info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size or len(tokenizer),
-                                                      stop_token_ids=self.stop_ids)
-            self.compiled_grammar = xgr.GrammarCompiler(info).compile_grammar(self.grammar)
         self.vocab_size = vocab_size or len(tokenizer)
+        self.grammar = tool_call_grammar(grammar_tools or tools) if constrained else None
+        self.compiled_grammar = compile_grammar(tokenizer, grammar_tools or tools, self.vocab_size) \
+            if constrained else None
 
     def grammar_masks(self) -> GrammarMasks:
         """The masks this sampler applies, for the learner (constrained samplers only)."""
@@ -169,12 +194,8 @@ class GroupSampler:
 
     @property
     def stop_ids(self) -> list[int]:
-        """The tokens that end an assistant turn (chatml's ``<|im_end|>``, and the tokenizer's eos)."""
-        ids = {self.tokenizer.eos_token_id}
-        im_end = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
-        if isinstance(im_end, int) and im_end != self.tokenizer.unk_token_id:
-            ids.add(im_end)
-        return sorted(i for i in ids if i is not None)
+        """The tokens that end an assistant turn (:func:`stop_ids`)."""
+        return stop_ids(self.tokenizer)
 
     def prompt_ids(self, prompt: list[dict]) -> list[int]:
         """A chat prompt as the model reads it: the chat template with the tools and the generation prompt."""

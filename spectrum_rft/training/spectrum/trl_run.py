@@ -32,7 +32,7 @@ from spectrum_rft.training.provenance import append_jsonl, code_revision, write_
 from spectrum_rft.training.trl_common import (GrpoRunConfig, RunConfig, grpo_args, load_model, load_tokenizer,
                                               log_callback, lora_config, parse_or_say, portable_path, save_model,
                                               start_process, start_record)
-from spectrum_rft.training.spectrum.sampler import tool_call_grammar
+from spectrum_rft.training.spectrum.sampler import GrammarMasks, tool_call_grammar
 from spectrum_rft.training.spectrum.trl_data import episode_for, grpo_rows, scan_sampler, sft_conversation
 from spectrum_rft.training.spectrum.trl_env import (ECHO_HISTORIES, judge, message_calls, spectrum_reward,
                                                      tool_env_class)
@@ -103,7 +103,7 @@ class GrpoConfig(Common, GrpoRunConfig):
     sampler: str = "trl"  # trl: TRL's generation + the TRL environment (retries within the call budget); group: one prefill per group, one model turn per scan episode (spectrum_rft.training.spectrum.sampler)
     constrained: bool = False  # tool calls sampled under the grammar of the env's tool_schemas() (always well formed)
     shared_prefix: bool = False  # learner: each group's prompt run once, its KV cache shared by the G completions (sc_grpo.completion_logits); loss pg = TRL's dapo on-policy
-    learner: str = "masked"  # with --constrained: masked (the grammar's masks in the learner's log-softmax: the policy that sampled is trained, forced tokens carry no gradient) or unmasked (the model's own log-probs, TRL's learner); docs/TRAINING.md
+    learner: str = "masked"  # with --constrained: masked (the grammar's masks in the learner's log-softmax: the policy that sampled is trained, forced tokens carry no gradient; with vLLM a truncated importance weight to vLLM's log-probs) or unmasked (the model's own log-probs, TRL's learner); docs/TRAINING.md
 
     def check(self) -> None:
         super().check()
@@ -125,10 +125,6 @@ class GrpoConfig(Common, GrpoRunConfig):
         if self.learner not in LEARNERS:
             raise ValueError(f"unknown learner {self.learner!r}; choose one of {', '.join(LEARNERS)}")
         if self.constrained and self.learner == "masked":
-            if self.use_vllm:
-                raise ValueError("--learner masked replays the grammar for transformers' group sampler; with --use-vllm "
-                                 "pass --learner unmasked (TRL's vLLM importance-sampling correction then compares "
-                                 "unconstrained with constrained log-probs: see docs/TRAINING.md)")
             if self.beta:
                 raise ValueError("--learner masked computes the policy-gradient loss only (no KL term): keep --beta 0, "
                                  "or pass --learner unmasked")
@@ -290,20 +286,28 @@ def run_train(cfg: GrpoConfig, callbacks: list | None = None) -> dict:
     calls = EnvConfig().max_calls_per_scan * (1 if episode == "scan" else get_preset(cfg.preset).n_scans)
     tok = load_tokenizer(model_dir)
     micro = cfg.micro_batch or cfg.prompts * cfg.group
+    masked = cfg.constrained and cfg.learner == "masked"
+    # vLLM + masked learner: our truncated importance weight of the masked learner against vLLM's processed
+    # (grammar-masked, tempered) log-probs replaces TRL's correction, which compares vLLM's with the
+    # unconstrained policy's and masks every constrained sequence away
+    vllm_is = {"vllm_importance_sampling_correction": False} if masked and cfg.use_vllm else {}
     args = grpo_args(cfg, out, micro_batch=micro, accumulation=cfg.prompts * cfg.group // micro,
                      max_completion_length=cfg.max_completion_length, beta=cfg.beta, max_tool_calling_iterations=calls,
                      generation_kwargs=({"structured_outputs": {"grammar": tool_call_grammar(tool_schemas(cfg.mode, cfg.preset))}}
-                                        if cfg.constrained and cfg.use_vllm else None))
+                                        if cfg.constrained and cfg.use_vllm else None), **vllm_is)
     model = load_model(model_dir)
     learner: dict[str, Any] = {}
     if cfg.sampler == "group":
         sampler = scan_sampler(tok, cfg.mode, preset=cfg.preset, constrained=cfg.constrained,
                                max_new_tokens=cfg.max_completion_length, vocab_size=model.config.vocab_size)
         generation = {"rollout_func": sampler}
-        if cfg.constrained and cfg.learner == "masked":
+        if masked:
             learner["grammar_masks"] = sampler.grammar_masks()
     else:
         generation = {"environment_factory": tool_env_class(cfg.mode)}
+        if masked:  # vLLM's structured outputs: the same grammar, replayed per model turn
+            learner.update(grammar_masks=GrammarMasks.for_tools(tok, tool_schemas(cfg.mode, cfg.preset),
+                                                                model.config.vocab_size), loss_kind="tis")
     if cfg.shared_prefix or learner:  # TRL's on-policy dapo loss (ratio 1: -A log p / tokens), ours
         from spectrum_rft.training.sc_grpo import ScoreCentringGRPOTrainer  # noqa: PLC0415
 
