@@ -56,7 +56,7 @@ has() { [[ " $STAGES " == *" $1 "* ]]; }
 
 if has restore && [[ -f "$RECORD/sft/adapter/adapter_model.safetensors" ]]; then
   mkdir -p "$OUT/grpo"
-  [[ -f "$OUT/sft/summary.json" ]] || srft sft --out "$OUT/sft" --from-adapter "$RECORD/sft/adapter" > "$OUT/sft.log" 2>&1
+  [[ -f "$OUT/sft/summary.json" ]] || srft sft --overwrite --out "$OUT/sft" --from-adapter "$RECORD/sft/adapter" > "$OUT/sft.log" 2>&1
   for rec in "$RECORD"/weak-*/; do
     run="$OUT/grpo/$(basename "$rec")"
     [[ -f "$run/summary.json" || ! -f "$rec/summary.json" || ! -f "$rec/adapter/adapter_model.safetensors" ]] && continue
