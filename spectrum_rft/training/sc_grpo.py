@@ -222,8 +222,12 @@ class ScoreCentringGRPOTrainer(GRPOTrainer):
             s = self.loss_stats
             s["n_ratio_tokens"] += int(ok.sum())
             s["n_ratio_rows"] += int(row.unique().numel())
-            own = unmasked_y if unmasked_y is not None else lp_y
-            for name, learner_y in (("masked", lp_y), ("unmasked", own)):
+            if unmasked_y is None:  # no grammar masks: the learner is the model's own (unmasked) policy
+                pairs = (("unmasked", lp_y),)
+            else:
+                pairs = (("masked", lp_y), ("unmasked", unmasked_y))
+                s["n_masked"] += 1
+            for name, learner_y in pairs:
                 d = torch.clamp((learner_y.detach() - sampler_y)[ok], -L.LOG_RATIO_CLIP, L.LOG_RATIO_CLIP)
                 s[f"is_ratio_{name}"] += float(torch.exp(d).sum())
                 s[f"seq_log_ratio_{name}"] += float(d.sum())
@@ -249,7 +253,7 @@ class ScoreCentringGRPOTrainer(GRPOTrainer):
         """TRL's log line, plus this step's loss signals (summed over processes, then averaged per token)."""
         if "loss" in logs and self.loss_stats:
             keys = ("n_tokens", "n_trained_tokens", "n_centring", "learner_tokens", "n_ratio_tokens", "n_ratio_rows",
-                    *STATS, *MASK_STATS)
+                    "n_masked", *STATS, *MASK_STATS)
             local = torch.tensor([float(self.loss_stats.get(k, 0.0)) for k in keys], device=self.accelerator.device)
             tot = dict(zip(keys, self.accelerator.reduce(local, reduction="sum").tolist()))
             n, nt, nc = tot["n_tokens"], tot["n_trained_tokens"], tot["n_centring"]
@@ -257,7 +261,8 @@ class ScoreCentringGRPOTrainer(GRPOTrainer):
             means = {"logprob_gap": (tot["logprob_gap"], n), "entropy": (tot["entropy"], n),
                      "ratio_dev": (tot["ratio_dev"], nt), "mean_w_y": (tot["mean_w_y"], nt),
                      "centring_l1": (tot["centring_l1"], nc),
-                     **{k: (tot[k], nr if k.startswith("is_") else nrows) for k in MASK_STATS}}
+                     **{k: (tot[k], nr if k.startswith("is_") else nrows) for k in MASK_STATS
+                        if tot["n_masked"] or k.endswith("_unmasked")}}
             logs = {**logs, "n_tokens": int(n), "n_trained_tokens": int(nt), "learner_tokens": int(tot["learner_tokens"]),
                     **{k: v / d for k, (v, d) in means.items() if d}}  # no trained token: no ratio to log
             self.loss_stats.clear()
