@@ -97,13 +97,13 @@ def stop_ids(tokenizer: Any) -> list[int]:
     return sorted(i for i in ids if i is not None)
 
 
-def compile_grammar(tokenizer: Any, tools: Sequence[dict], vocab_size: int) -> Any:
-    """xgrammar's compiled :func:`tool_call_grammar` of ``tools`` for ``tokenizer`` (a turn ends at
+def compile_grammar(tokenizer: Any, grammar: str, vocab_size: int) -> Any:
+    """xgrammar's compiled ``grammar`` (a :func:`tool_call_grammar`) for ``tokenizer`` (a turn ends at
     :func:`stop_ids`), over the model's ``vocab_size`` logits."""
     import xgrammar as xgr  # noqa: PLC0415
 
     info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size, stop_token_ids=stop_ids(tokenizer))
-    return xgr.GrammarCompiler(info).compile_grammar(tool_call_grammar(tools))
+    return xgr.GrammarCompiler(info).compile_grammar(grammar)
 
 
 class GrammarMasks:
@@ -125,7 +125,7 @@ class GrammarMasks:
     @classmethod
     def for_tools(cls, tokenizer: Any, tools: Sequence[dict], vocab_size: int) -> "GrammarMasks":
         """The masks of the tool-call grammar of ``tools`` (what vLLM's structured outputs get in training)."""
-        return cls(compile_grammar(tokenizer, tools, vocab_size), vocab_size)
+        return cls(compile_grammar(tokenizer, tool_call_grammar(tools), vocab_size), vocab_size)
 
     def __call__(self, completion_ids: Any, mask: Any) -> Any:
         """Allowed tokens ``[N, vocab]`` (bool) at the ``N`` positions where ``mask`` (``[B, T]``: the trained
@@ -183,8 +183,7 @@ class GroupSampler:
         self.stats = SamplerStats()
         self.vocab_size = vocab_size or len(tokenizer)
         self.grammar = tool_call_grammar(grammar_tools or tools) if constrained else None
-        self.compiled_grammar = compile_grammar(tokenizer, grammar_tools or tools, self.vocab_size) \
-            if constrained else None
+        self.compiled_grammar = compile_grammar(tokenizer, self.grammar, self.vocab_size) if self.grammar else None
 
     def grammar_masks(self) -> GrammarMasks:
         """The masks this sampler applies, for the learner (constrained samplers only)."""
