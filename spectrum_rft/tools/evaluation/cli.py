@@ -244,7 +244,8 @@ def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset:
         todo = [i for i in all_ids if any(i not in d for d in done)]
         lines = [x for x in (out / "dataset.jsonl").read_text().splitlines() if x.strip()]
         dataset = out / "dataset.resume.jsonl"
-        dataset.write_text("".join(x + "\n" for x in lines if json.loads(x).get("id") in set(todo)))
+        wanted = set(todo)
+        dataset.write_text("".join(x + "\n" for x in lines if json.loads(x).get("id") in wanted))
         if not todo:
             raise EvalError(f"--resume: every row of the run in {out} is finished; nothing to resume")
         print(f"resume: {sum(len(v) for v in kept)} finished rows kept, {len(todo)} of {rows} rows to run",
