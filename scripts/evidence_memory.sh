@@ -23,7 +23,11 @@
 # (LEARNER=masked). Section 10 ran ECHO_HISTORY=memoryless LEARNER=unmasked on the default-v1 preset and reward.
 # Knobs (environment): SEEDS, STEPS, PROMPTS, GROUP, MAXLEN, LR, LORA_LAYERS, MICRO, SHARED, SFT_ROWS, SCAN_EVAL,
 # HELDOUT_SCANS, HELDOUT_ROWS, PANEL_SALT, ECHO_HISTORY, LEARNER, RECORD, STAGES (default "restore sft grpo
-# report heldout valid").
+# report panel whole valid"; "heldout" = "panel whole"), GPU.
+# GPU=1: on a CUDA machine, every GRPO run of every seed side by side on the GPU (train --no-use-cpu) and the
+# panel's checkpoints scanned side by side (scan-eval --device cuda); the hyper-parameters are the same.
+# The panel (scan-eval, training extra only) and the whole episodes (serve-hf + eval: the evaluator's
+# dependencies) are separate stages, so a machine with the training stack alone can run "restore grpo panel".
 #
 # restore: on a machine that did not run the earlier stages (runs/ is not kept between machines), the warm
 # start and every finished GRPO run come back from the committed record RECORD (default
@@ -47,7 +51,10 @@ SFT_ROWS=${SFT_ROWS:-48}
 HELDOUT_SCANS=${HELDOUT_SCANS:-64}; HELDOUT_ROWS=${HELDOUT_ROWS:-4}; SAMPLER=${SAMPLER:-group}
 # learner: each group's prompt run once (--shared-prefix), so the whole 16-completion batch is one micro-batch
 SHARED=${SHARED---shared-prefix}; MICRO=${MICRO:-16}
-CONSTRAINED=${CONSTRAINED---constrained}; STAGES=${STAGES:-"restore sft grpo report heldout valid"}
+CONSTRAINED=${CONSTRAINED---constrained}; STAGES=${STAGES:-"restore sft grpo report panel whole valid"}
+STAGES=${STAGES//heldout/panel whole}
+GPU=${GPU:-0}; TRAIN_DEVICE=(--threads 1); EVAL_DEVICE=(--threads 2)
+[[ "$GPU" == 1 ]] && TRAIN_DEVICE=(--no-use-cpu --threads 2) && EVAL_DEVICE=(--device cuda --threads 2)
 RECORD=${RECORD:-results/memory-evidence4}
 PANEL_SALT=${PANEL_SALT:-heldout-panel}; ECHO_HISTORY=${ECHO_HISTORY:-accumulate}; LEARNER=${LEARNER:-masked}
 SFT_MODEL=${SFT_MODEL:-$OUT/sft/model}
@@ -69,37 +76,45 @@ if has sft && [[ ! -f "$OUT/sft/summary.json" ]]; then
     > "$OUT/sft.log" 2>&1
 fi
 if has grpo; then
+  pids=()
   for seed in $SEEDS; do
-    pids=()
+    [[ "$GPU" == 1 ]] || pids=()  # on a CPU the seeds take turns, the two arms of one side by side
     for arm in weak-scaffold weak-scrambled; do
       run="$OUT/grpo/$arm-s$seed"
       [[ -f "$run/summary.json" ]] && continue
       # shellcheck disable=SC2086
       nice -n 10 python -m spectrum_rft train --arm "$arm" --model "$SFT_MODEL" --seed "$seed" --steps "$STEPS" \
         --prompts "$PROMPTS" --group "$GROUP" --max-completion-length "$MAXLEN" --lr "$LR" \
-        --lora-layers "$LORA_LAYERS" --threads 1 --sampler "$SAMPLER" $CONSTRAINED $SHARED --micro-batch "$MICRO" \
+        --lora-layers "$LORA_LAYERS" "${TRAIN_DEVICE[@]}" --sampler "$SAMPLER" $CONSTRAINED $SHARED --micro-batch "$MICRO" \
         --echo-history "$ECHO_HISTORY" --learner "$LEARNER" --save-every 1 --resume \
         --out "$run" >> "$OUT/grpo-$arm-s$seed.log" 2>&1 &
       pids+=($!)
     done
-    for p in "${pids[@]}"; do wait "$p"; done
+    if [[ "$GPU" != 1 ]]; then for p in "${pids[@]}"; do wait "$p" || echo "a GRPO run of seed $seed failed (its log)" >&2; done; fi
   done
+  if [[ "$GPU" == 1 ]]; then for p in "${pids[@]}"; do wait "$p" || echo "a GRPO run failed (its log)" >&2; done; fi
 fi
 runs=("$OUT"/grpo/*/)
 if has report && [[ -e "${runs[0]}" ]]; then
   srft memory-report "${runs[@]}" --png "$OUT/memory_curves.png" | tee "$OUT/memory_report.txt"
   srft memory-report "${runs[@]}" --png "" --json > "$OUT/memory_report.json"
 fi
-if has heldout; then
+if has panel; then
+  pids=()
   for model in "$SFT_MODEL" "$OUT"/grpo/*/model; do
     [[ -d "$model" ]] || continue
     name=$(basename "$(dirname "$model")")
     [[ -f "$OUT/scan-eval/heldout-$name.json" ]] && continue
-    # the panel: the real echo for every checkpoint, constrained greedy (what they report, as trained)
+    # the panel: the real echo for every checkpoint, constrained greedy (what they report, as trained);
+    # written to .part and moved when whole, so an interrupted scan is redone
     nice -n 5 python -m spectrum_rft scan-eval --model "$model" --arm weak-scaffold --salt "$PANEL_SALT" \
-      --scans "$HELDOUT_SCANS" --temperature 0 --constrained --threads 2 \
-      --out "$OUT/scan-eval/heldout-$name.json" | tee "$OUT/scan-eval/heldout-$name.txt"
+      --scans "$HELDOUT_SCANS" --temperature 0 --constrained "${EVAL_DEVICE[@]}" \
+      --out "$OUT/scan-eval/heldout-$name.json.part" > "$OUT/scan-eval/heldout-$name.txt" 2> "$OUT/scan-eval/heldout-$name.log" \
+      && mv "$OUT/scan-eval/heldout-$name.json.part" "$OUT/scan-eval/heldout-$name.json" && cat "$OUT/scan-eval/heldout-$name.txt" &
+    pids+=($!)
+    if [[ "$GPU" != 1 ]]; then wait "$!" || echo "scan-eval of $name failed: $OUT/scan-eval/heldout-$name.log" >&2; fi
   done
+  if [[ "$GPU" == 1 ]]; then for p in "${pids[@]}"; do wait "$p" || echo "a panel scan-eval failed (its .log)" >&2; done; fi
   # each checkpoint against the warm start, scan by scan (mean difference +- SE)
   srft scan-eval --compare "$OUT/scan-eval/heldout-sft.json" "$OUT"/scan-eval/heldout-weak-*.json \
     | tee "$OUT/scan-eval/heldout-compare.txt"
@@ -114,6 +129,8 @@ if has heldout; then
   if [[ ${#panel[@]} -gt 0 ]]; then
     srft memory-report --panel-warm "$OUT/scan-eval/heldout-sft.json" "${panel[@]}" | tee "$OUT/panel_verdict.txt"
   fi
+fi
+if has whole; then
   srft eval --model memoryless --model accumulate --model oracle --prompt weak --memory-mode scaffold \
     --rows "$HELDOUT_ROWS" --salt heldout --no-progress --json --out "$OUT/heldout/baselines" > "$OUT/heldout-baselines.json"
   for served in "$SFT_MODEL" "$OUT"/grpo/weak-scaffold-s0/model "$OUT"/grpo/weak-scrambled-s0/model \

@@ -73,8 +73,21 @@ def evaluate(model_dir: str | Path, *, arm: str = "weak-scaffold", scans: int = 
               file=sys.stderr, flush=True)
     summary = {k: mean(float(r[k]) if r[k] is not None else None for r in records) for k in SUMMARY_KEYS}
     return {"arm": arm, "scans": len(records), "temperature": temperature, "constrained": constrained, "salt": salt,
-            "echo_history": echo_history,
+            "echo_history": echo_history, "device": str(next(model.parameters()).device),
             "seconds": round(time.time() - t0, 1), **summary, "records": records}
+
+
+def torch_device(name: str) -> Any:
+    """``auto``: the first CUDA device when torch sees one, else the CPU; otherwise the device named, refused
+    (``RuntimeError``) when torch cannot use it here."""
+    import torch  # noqa: PLC0415
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("torch sees no CUDA device here")
+    return device
 
 
 PAIRED_KEYS = ("score", "gain_vs_memoryless", "echo_copy", "beyond_current")
@@ -141,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=8, help="completions sampled together (default 8)")
     ap.add_argument("--max-new-tokens", type=int, default=160, help="per completion (default 160)")
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--device", default="auto", help="torch device of the model: auto (cuda when there is one), cpu, "
+                    "cuda, cuda:N")
     ap.add_argument("--out", default=None, help="write the records and summary (JSON) here")
     a = ap.parse_args(argv)
     if a.compare:
@@ -157,7 +172,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from spectrum_rft.training.trl_common import load_model, load_tokenizer  # noqa: PLC0415
 
-    tok, model = load_tokenizer(Path(a.model)), load_model(Path(a.model))
+    try:
+        device = torch_device(a.device)
+    except (RuntimeError, ValueError) as e:
+        print(f"spectrum-rft scan-eval: --device {a.device}: {e}", file=sys.stderr)
+        return 2
+    tok, model = load_tokenizer(Path(a.model)), load_model(Path(a.model)).to(device)
     results = []
     for t in a.temperature or [1.0]:
         r = evaluate(a.model, arm=a.arm, scans=a.scans, temperature=t, constrained=a.constrained, salt=a.salt,
