@@ -24,8 +24,10 @@
 # Knobs (environment): SEEDS, STEPS, PROMPTS, GROUP, MAXLEN, LR, LORA_LAYERS, MICRO, SHARED, SFT_ROWS, SCAN_EVAL,
 # HELDOUT_SCANS, HELDOUT_ROWS, PANEL_SALT, ECHO_HISTORY, LEARNER, RECORD, STAGES (default "restore sft grpo
 # report panel whole valid"; "heldout" = "panel whole"), GPU.
-# GPU=1: on a CUDA machine, every GRPO run of every seed side by side on the GPU (train --no-use-cpu) and the
-# panel's checkpoints scanned side by side (scan-eval --device cuda); the hyper-parameters are the same.
+# GPU=1: on a CUDA machine, every GRPO run of every seed side by side on the GPU (train --no-use-cpu, a step's
+# two groups sampled as one batch: --batch-groups) and the panel's checkpoints scanned side by side
+# (scan-eval --device cuda); the hyper-parameters are the same. One H200: ~15-20 s per step per run
+# without --batch-groups (section 11), so the six runs and the panel are ~12 min.
 # The panel (scan-eval, training extra only) and the whole episodes (serve-hf + eval: the evaluator's
 # dependencies) are separate stages, so a machine with the training stack alone can run "restore grpo panel".
 #
@@ -54,7 +56,7 @@ SHARED=${SHARED---shared-prefix}; MICRO=${MICRO:-16}
 CONSTRAINED=${CONSTRAINED---constrained}; STAGES=${STAGES:-"restore sft grpo report panel whole valid"}
 STAGES=${STAGES//heldout/panel whole}
 GPU=${GPU:-0}; TRAIN_DEVICE=(--threads 1); EVAL_DEVICE=(--threads 2)
-[[ "$GPU" == 1 ]] && TRAIN_DEVICE=(--no-use-cpu --threads 2) && EVAL_DEVICE=(--device cuda --threads 2)
+[[ "$GPU" == 1 ]] && TRAIN_DEVICE=(--no-use-cpu --threads 2 --batch-groups) && EVAL_DEVICE=(--device cuda --threads 2)
 RECORD=${RECORD:-results/memory-evidence4}
 PANEL_SALT=${PANEL_SALT:-heldout-panel}; ECHO_HISTORY=${ECHO_HISTORY:-accumulate}; LEARNER=${LEARNER:-masked}
 SFT_MODEL=${SFT_MODEL:-$OUT/sft/model}

@@ -235,6 +235,33 @@ def test_group_prefill_equals_separate_prompts_greedy(smollm):
     assert grouped[0] == grouped[1] == alone[0]
 
 
+def test_batched_groups_sample_what_group_by_group_samples(smollm):
+    """``batch_groups`` only changes how a step's groups go through the model: greedy, two groups of two
+    give the same completions (and log-probs to float round-off) batched as one by one, in TRL's order."""
+    from types import SimpleNamespace
+
+    from spectrum_rft.training.spectrum.trl_data import grpo_rows, scan_sampler
+
+    tok, model = smollm
+    rows = grpo_rows(2, prompt="weak", memory_mode="scaffold", salt="test-sampler-batch", scan_in_prompt=True)
+    prompts = [rows[0]["prompt"]] * 2 + [rows[1]["prompt"]] * 2
+    assert rows[0]["prompt"] != rows[1]["prompt"]
+    trainer = SimpleNamespace(model=model, accelerator=SimpleNamespace(unwrap_model=lambda m: m),
+                              args=SimpleNamespace(temperature=0.0, top_p=1.0, top_k=None))
+    out = {}
+    for batched in (False, True):
+        s = scan_sampler(tok, "scaffold", constrained=True, max_new_tokens=40, vocab_size=model.config.vocab_size,
+                         batch_groups=batched)
+        out[batched] = s(prompts, trainer)
+        assert s.stats.groups == 2
+    one, both = out[False], out[True]
+    assert one["prompt_ids"] == both["prompt_ids"]
+    assert one["completion_ids"] == both["completion_ids"]
+    assert one["completion_ids"][0] != one["completion_ids"][2]  # two prompts, two answers
+    for a, b in zip(one["logprobs"], both["logprobs"]):
+        assert max(abs(x - y) for x, y in zip(a, b)) < 1e-3
+
+
 def test_scan_prompt_is_the_env_paths_text():
     """The group sampler's prompt holds the scan text TRL's env path would append (same band, same scan)."""
     from spectrum_rft.training.spectrum.trl_data import grpo_rows
@@ -293,6 +320,9 @@ def test_config_refuses_combinations_that_cannot_work():
         GrpoConfig(sampler="group", constrained=True, beta=0.04).check()
     GrpoConfig(sampler="group", constrained=True, beta=0.04, learner="unmasked").check()
     GrpoConfig(use_vllm=True, constrained=True).check()  # the masked learner against vLLM's log-probs
+    with pytest.raises(ValueError, match="--batch-groups"):
+        GrpoConfig(batch_groups=True).check()
+    GrpoConfig(sampler="group", batch_groups=True).check()
 
 
 @pytest.mark.parametrize("shared_prefix,learner", [(False, "unmasked"), (True, "masked")])

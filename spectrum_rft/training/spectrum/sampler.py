@@ -172,11 +172,18 @@ class GroupSampler:
 
     ``tools`` are the schemas the chat template renders (what the model reads: TRL's rendering of the
     adapter's tool methods, as in SFT and the env path); ``grammar_tools`` the env's own
-    :func:`~spectrum_rft.task.environment.tool_schemas` the grammar is built from."""
+    :func:`~spectrum_rft.task.environment.tool_schemas` the grammar is built from.
+
+    ``batch_groups``: the groups of one TRL call are sampled as one left-padded batch (every completion's
+    prompt prefilled on its own) instead of one group after another, each prefilled once. The same
+    distribution; on a GPU, where a decode step costs the same for 8 rows or 16, half the decode steps for
+    two groups; on a CPU, G times the prefill work (keep it off there)."""
 
     def __init__(self, tokenizer: Any, *, tools: Sequence[dict], grammar_tools: Sequence[dict] | None = None,
-                 constrained: bool = False, max_new_tokens: int = 160, vocab_size: int | None = None) -> None:
+                 constrained: bool = False, max_new_tokens: int = 160, vocab_size: int | None = None,
+                 batch_groups: bool = False) -> None:
         self.tokenizer = tokenizer
+        self.batch_groups = batch_groups
         self.tools = list(tools)
         self.constrained = constrained
         self.max_new_tokens = max_new_tokens
@@ -277,20 +284,23 @@ class GroupSampler:
         model = trainer.accelerator.unwrap_model(trainer.model)
         args = trainer.args
         self.stats = SamplerStats()
-        prompt_ids: list[list[int]] = []
-        completion_ids: list[list[int]] = []
-        logprobs: list[list[float]] = []
+        groups: list[tuple[list[int], int]] = []  # (prompt ids, completions) of each run of equal prompts
         i = 0
         while i < len(prompts):
             j = i + 1
             while j < len(prompts) and prompts[j] == prompts[i]:
                 j += 1
-            ids = self.prompt_ids(prompts[i])
-            comps, lps = self.sample(model, ids, j - i, temperature=args.temperature, top_p=args.top_p,
-                                     top_k=args.top_k)
-            prompt_ids += [ids] * (j - i)
-            completion_ids += comps
-            logprobs += lps
-            self.stats.groups += 1
+            groups.append((self.prompt_ids(prompts[i]), j - i))
             i = j
+        prompt_ids = [ids for ids, n in groups for _ in range(n)]
+        sampling = {"temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k}
+        if self.batch_groups and len(groups) > 1:
+            completion_ids, logprobs = self.sample_prompts(model, prompt_ids, **sampling)
+        else:
+            completion_ids, logprobs = [], []
+            for ids, n in groups:
+                comps, lps = self.sample(model, ids, n, **sampling)
+                completion_ids += comps
+                logprobs += lps
+        self.stats.groups += len(groups)
         return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": logprobs}

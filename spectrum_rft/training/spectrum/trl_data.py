@@ -82,7 +82,7 @@ def tool_schemas_of(env: Any) -> list[dict]:
 
 
 def scan_sampler(tokenizer: Any, memory_mode: str, *, preset: str = "default", constrained: bool = False,
-                 max_new_tokens: int = 160, vocab_size: int | None = None) -> Any:
+                 max_new_tokens: int = 160, vocab_size: int | None = None, batch_groups: bool = False) -> Any:
     """The :class:`~spectrum_rft.training.spectrum.sampler.GroupSampler` of a memory mode: the prompt renders the
     tools as TRL does (as in SFT and on the env path), the grammar follows the env's ``tool_schemas()``."""
     from spectrum_rft.task.instructions import tool_schemas  # noqa: PLC0415
@@ -90,7 +90,7 @@ def scan_sampler(tokenizer: Any, memory_mode: str, *, preset: str = "default", c
 
     return GroupSampler(tokenizer, tools=tool_schemas_of(tool_env_class(memory_mode)()),
                         grammar_tools=tool_schemas(memory_mode, preset), constrained=constrained,
-                        max_new_tokens=max_new_tokens, vocab_size=vocab_size)
+                        max_new_tokens=max_new_tokens, vocab_size=vocab_size, batch_groups=batch_groups)
 
 
 def _call(name: str, arguments: dict) -> dict:

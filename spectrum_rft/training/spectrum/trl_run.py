@@ -102,6 +102,7 @@ class GrpoConfig(Common, GrpoRunConfig):
     beta: float = 0.0  # KL coefficient (TRL's default: none)
     sampler: str = "trl"  # trl: TRL's generation + the TRL environment (retries within the call budget); group: one prefill per group, one model turn per scan episode (spectrum_rft.training.spectrum.sampler)
     constrained: bool = False  # tool calls sampled under the grammar of the env's tool_schemas() (always well formed)
+    batch_groups: bool = False  # --sampler group: a step's groups sampled as one batch (GPUs: half the decode steps for two groups; CPUs: each prompt prefilled G times)
     shared_prefix: bool = False  # learner: each group's prompt run once, its KV cache shared by the G completions (sc_grpo.completion_logits); loss pg = TRL's dapo on-policy
     learner: str = "masked"  # with --constrained: masked (the grammar's masks in the learner's log-softmax: the policy that sampled is trained, forced tokens carry no gradient; with vLLM a truncated importance weight to vLLM's log-probs) or unmasked (the model's own log-probs, TRL's learner); docs/TRAINING.md
 
@@ -122,6 +123,8 @@ class GrpoConfig(Common, GrpoRunConfig):
         if self.shared_prefix and self.use_vllm:
             raise ValueError("--shared-prefix has no importance-sampling correction for vLLM's sampler: with --use-vllm "
                              "keep TRL's own learner")
+        if self.batch_groups and self.sampler != "group":
+            raise ValueError("--batch-groups batches the group sampler's groups: pass --sampler group")
         if self.learner not in LEARNERS:
             raise ValueError(f"unknown learner {self.learner!r}; choose one of {', '.join(LEARNERS)}")
         if self.constrained and self.learner == "masked":
@@ -299,7 +302,8 @@ def run_train(cfg: GrpoConfig, callbacks: list | None = None) -> dict:
     learner: dict[str, Any] = {}
     if cfg.sampler == "group":
         sampler = scan_sampler(tok, cfg.mode, preset=cfg.preset, constrained=cfg.constrained,
-                               max_new_tokens=cfg.max_completion_length, vocab_size=model.config.vocab_size)
+                               max_new_tokens=cfg.max_completion_length, vocab_size=model.config.vocab_size,
+                               batch_groups=cfg.batch_groups)
         generation = {"rollout_func": sampler}
         if masked:
             learner["grammar_masks"] = sampler.grammar_masks()
