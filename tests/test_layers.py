@@ -278,6 +278,25 @@ def test_one_definition_per_idea():
     assert not bad, "ideas defined twice:\n" + "\n".join(bad)
 
 
+# Statistics are computed in spectrum_rft.common.stats alone: no other module defines a function of these names.
+STATISTICS = {"mean", "_mean", "mean_or", "stdev", "pstdev", "_sd", "standard_error", "linear_fit", "first_last",
+              "halves", "thirds", "trailing_mean"}
+
+
+def _statistics_defined(modules: dict[str, Path]) -> list[str]:
+    return [f"{mod}:{node.lineno}: defines {node.name}" for mod, path in modules.items()
+            if mod != "spectrum_rft.common.stats" for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in STATISTICS]
+
+
+def test_statistics_come_from_common_stats(tmp_path):
+    bad = _statistics_defined(MODULES)
+    assert not bad, "statistics outside spectrum_rft.common.stats:\n" + "\n".join(bad)
+    probe = tmp_path / "probe.py"
+    probe.write_text("def report():\n    def _mean(xs):\n        return sum(xs) / len(xs)\n")
+    assert _statistics_defined({"spectrum_rft.tools.probe": probe}) == ["spectrum_rft.tools.probe:2: defines _mean"]
+
+
 def test_the_one_definition_check_sees_a_copy(tmp_path):
     values = _one_definition_values()
     probe = tmp_path / "spectrum_rft" / "tools"

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spectrum_rft.tools.report import main
-from spectrum_rft.tools.report.stats import linear_fit
+from spectrum_rft.common.stats import linear_fit
 from spectrum_rft.tools.report.validate import RowError, parse_row
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -43,3 +43,36 @@ def test_bad_inputs_say_why():
     with pytest.raises(ValueError, match="not in 1..4"):
         half_of(0, 4)
     assert thirds([]) == (None, None)
+
+
+@given(st.lists(floats, min_size=1, max_size=40))
+def test_pstdev_is_the_spread_of_the_whole_group(xs):
+    from spectrum_rft.common.stats import pstdev, stdev
+
+    sd = pstdev(xs)
+    assert sd >= 0 and math.isclose(pstdev([x + 1000.0 for x in xs]), sd, rel_tol=1e-6, abs_tol=1e-6)
+    if len(xs) >= 2:  # n vs n - 1 in the denominator
+        assert math.isclose(sd, stdev(xs) * math.sqrt((len(xs) - 1) / len(xs)), rel_tol=1e-9, abs_tol=1e-9)
+    else:
+        assert sd == 0.0
+
+
+@given(st.lists(floats, max_size=40), st.integers(1, 6))
+def test_trailing_mean_averages_each_value_with_the_ones_before(xs, k):
+    from spectrum_rft.common.stats import trailing_mean
+
+    out = trailing_mean(xs, k)
+    assert len(out) == len(xs)
+    for i, v in enumerate(out):
+        window = xs[max(0, i - k + 1):i + 1]
+        assert min(window) - 1e-6 <= v <= max(window) + 1e-6
+    assert trailing_mean(xs, 1) == [float(x) for x in xs]
+
+
+def test_pstdev_and_trailing_mean_refuse_what_has_no_answer():
+    from spectrum_rft.common.stats import pstdev, trailing_mean
+
+    with pytest.raises(ValueError, match="at least one"):
+        pstdev([])
+    with pytest.raises(ValueError, match="k must be"):
+        trailing_mean([1.0], 0)

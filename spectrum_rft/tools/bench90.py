@@ -81,11 +81,6 @@ def play_policy(policy: str, system: str, run: int, prompt: str = "weak") -> lis
 # --------------------------------------------------------------------------------------------------
 
 
-def _mean(xs: Sequence[float | None]) -> float:
-    """The mean (None values skipped); NaN when nothing is left to average (an empty slice prints ``nan``)."""
-    return mean_or(xs, math.nan)
-
-
 def summarize_run(run: int, records: Sequence[dict]) -> dict:
     """One run's numbers from the env's per-scan records (every scan counted, skipped ones as empty)."""
     avail = [r["avail"] for r in records]
@@ -93,11 +88,11 @@ def summarize_run(run: int, records: Sequence[dict]) -> dict:
     n = SCANS_PER_STAGE
     return {
         "run": run,
-        "mean_avail": _mean(avail),
-        "mean_occ": _mean(occ),
-        "stage_means": [_mean(avail[s * n:(s + 1) * n]) for s in range(len(STAGES))],
-        "first10": _mean(avail[:10]),
-        "last10": _mean(avail[-10:]),
+        "mean_avail": mean_or(avail, math.nan),
+        "mean_occ": mean_or(occ, math.nan),
+        "stage_means": [mean_or(avail[s * n:(s + 1) * n], math.nan) for s in range(len(STAGES))],
+        "first10": mean_or(avail[:10], math.nan),
+        "last10": mean_or(avail[-10:], math.nan),
         "scans_skipped": sum(1 for r in records if r.get("skipped")),
     }
 
@@ -106,8 +101,8 @@ def summarize(model: str, system: str, per_run: Sequence[dict], via: str) -> dic
     """Means over runs (each run weighs the same)."""
     keys = ("mean_avail", "mean_occ", "first10", "last10")
     out: dict[str, Any] = {"model": model, "system": system, "runs": len(per_run), "via": via}
-    out.update({k: _mean([r[k] for r in per_run]) for k in keys})
-    out["stage_means"] = [_mean([r["stage_means"][s] for r in per_run]) for s in range(len(STAGES))]
+    out.update({k: mean_or([r[k] for r in per_run], math.nan) for k in keys})
+    out["stage_means"] = [mean_or([r["stage_means"][s] for r in per_run], math.nan) for s in range(len(STAGES))]
     out["stages"] = [st.name for st in STAGES]
     out["per_run"] = list(per_run)
     return out

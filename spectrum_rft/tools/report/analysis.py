@@ -7,11 +7,10 @@ import re
 from datetime import datetime
 from typing import Any, Sequence
 
-from spectrum_rft.common.stats import mean, standard_error
+from spectrum_rft.common.stats import first_last, linear_fit, mean, standard_error
 
 from .checks import check_freshness, check_integrity
 from .load import Loaded, dedupe, split_by_model
-from .stats import linear_fit
 from .validate import METRICS, OPTIONAL_METRICS, ReportError, Rollout
 
 
@@ -80,7 +79,7 @@ def analyze_run(name: str, rollouts: Sequence[Rollout], group_by: str) -> dict:
         trend[m] = None if fit is None else {"slope": fit.slope, "intercept": fit.intercept, "r2": fit.r2,
                                             "points": fit.n}
         if h >= 1:
-            early, late = mean(p[m] for p in per[:h]), mean(p[m] for p in per[-h:])
+            early, late = first_last([p[m] for p in per], h)
             halves[m] = {"early": early, "late": late,
                          "delta": (late - early) if early is not None and late is not None else None}
     modes = sorted({r.memory_mode or "?" for r in rollouts})

@@ -21,7 +21,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spectrum_rft.common.stats import mean
+from spectrum_rft.common.stats import mean, mean_or
 
 SIGNALS = ("reward", "loss", "grad_norm", "logprob_gap", "entropy", "centring_l1", "step_time")  # TRL log keys
 VALIDATE_MAX_DROP = 2.0
@@ -202,8 +202,7 @@ def signal_table(runs: list[Run]) -> list[str]:
         ms = r.metrics
 
         def avg(k):
-            v = [m[k] for m in ms if m.get(k) is not None]
-            return mean(v) if v else float("nan")
+            return mean_or((m.get(k) for m in ms), float("nan"))
 
         lines.append(f"{r.arm:<22}{r.seed:>5}{len(ms):>6}{avg('reward'):>9.4f}{avg('grad_norm'):>10.4g}"
                      f"{avg('logprob_gap'):>11.3g}{avg('entropy'):>9.3f}{avg('centring_l1'):>10.3g}"

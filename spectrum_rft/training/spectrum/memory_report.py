@@ -46,12 +46,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from spectrum_rft.common.stats import mean, standard_error, thirds
+from spectrum_rft.common.stats import linear_fit, mean, pstdev, standard_error, thirds, trailing_mean
 from spectrum_rft.training.spectrum.scan_eval import Unpaired, load_result, paired_difference
 
 CURVES = ("score", "late_score", "gain_vs_memoryless", "gain_valid", "echo_copy", "carry_rate", "valid")
@@ -84,15 +83,15 @@ def group_signal(rollouts: list[dict]) -> dict:
         rw = [float(x["reward"]) for x in g]
         m = mean(rw) or 0.0
         ss += sum((x - m) ** 2 for x in rw)
-        sds.append(math.sqrt(sum((x - m) ** 2 for x in rw) / len(rw)))
+        sds.append(pstdev(rw))
         for part in ([x["reward"] for x in g if x.get("scans_skipped")], [x["reward"] for x in g if not x.get("scans_skipped")]):
             if part:
                 ss_valid += len(part) * ((mean(part) or 0.0) - m) ** 2
         pts = [(float(x["echo_copy"]), float(x["reward"])) for x in g
                if not x.get("scans_skipped") and x.get("echo_copy") is not None]
-        if len(pts) >= 3 and len({e for e, _ in pts}) > 1:
-            me, mr = mean(e for e, _ in pts), mean(r for _, r in pts)
-            slopes.append(sum((e - me) * (r - mr) for e, r in pts) / sum((e - me) ** 2 for e, _ in pts))
+        fit = linear_fit([e for e, _ in pts], [r for _, r in pts]) if len(pts) >= 3 else None
+        if fit is not None:  # None: fewer than two distinct echo_copy values
+            slopes.append(fit.slope)
     return {"groups": len(groups), "reward_sd": mean(sds), "format_share": ss_valid / ss if ss > 0 else None,
             "echo_slope": mean(slopes), "echo_slope_se": standard_error(slopes),
             "echo_slope_groups": len(slopes)}
@@ -239,8 +238,7 @@ def plot(runs: list[TrlRun], path: Path) -> Path:
             if not pts:
                 continue
             xs, vs = zip(*pts)
-            k = 3  # a 3-step running mean over the noisy per-step values
-            sm = [sum(vs[max(0, i - k + 1):i + 1]) / len(vs[max(0, i - k + 1):i + 1]) for i in range(len(vs))]
+            sm = trailing_mean(vs, 3)  # a 3-step running mean over the noisy per-step values
             ax.plot(xs, sm, color=colours.get(r.memory_mode, "tab:gray"),
                     linestyle="-" if r.seed % 2 == 0 else "--", marker="o", markersize=3, label=f"{r.arm} s{r.seed}")
         ax.set_title(title)

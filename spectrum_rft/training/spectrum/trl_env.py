@@ -99,7 +99,7 @@ def play_prefix(env: SpectrumEnv, n: int, history: str = "accumulate") -> None:
 def scan_metrics(env: SpectrumEnv, scan: int, reference: float | None = None) -> dict:
     """The metrics of a scan episode: scan ``scan`` alone (skipped if it was never closed), in the names of
     :meth:`SpectrumEnv.metrics`. ``late_mean``/``early_mean`` hold the score when the scan is in that half of
-    the episode (the batch's memory_gain is late minus early over rollouts: :func:`spectrum_reward`);
+    the episode (the batch's memory_gain_batch is late minus early over rollouts: :func:`spectrum_reward`);
     ``gain_vs_memoryless`` is the score minus ``reference``, the memoryless policy's score on the same scan."""
     m = env.metrics()  # unplayed scans count as skipped empty reports
     records = env.scan_records()
@@ -345,22 +345,23 @@ def spectrum_reward(environments: list[SpectrumToolEnv], log_metric: Callable | 
                     log_extra: Callable | None = None, on_metrics: Callable | None = None, **_: Any) -> list[float]:
     """TRL reward function: each rollout's env score. Logs the batch means of :data:`LOGGED_METRICS`
     (metrics that are None for an episode, e.g. carry_rate with no earlier report, are left out of the
-    mean; for scan episodes memory_gain is the batch's late-half mean minus its early-half mean) and, per
-    completion, the row id, scan, band fingerprint and those metrics. ``on_metrics`` gets the rollouts'
-    metrics (computed once here) for a record of its own."""
+    mean) and, per completion, the row id, scan, band fingerprint and those metrics. Two estimators, two
+    names: whole episodes log ``memory_gain``, the mean of each episode's late-minus-early halves; scan
+    episodes (one scan each, memory_gain None) log ``memory_gain_batch``, the batch's mean score on late
+    scans minus its mean on early ones. ``on_metrics`` gets the rollouts' metrics (computed once here) for a
+    record of its own."""
     ms = [env.metrics() for env in environments]
     if on_metrics is not None:
         on_metrics(ms)
-    if any(m.get("scan") for m in ms):
-        early, late = mean([m.get("early_mean") for m in ms]), mean([m.get("late_mean") for m in ms])
-        gain = (late - early) if early is not None and late is not None else None
-    else:
-        gain = mean([m.get("memory_gain") for m in ms])
     if log_metric is not None:
         for name in LOGGED_METRICS:
-            value = gain if name == "memory_gain" else mean([m.get(name) for m in ms])
+            value = mean([m.get(name) for m in ms])
             if value is not None:
                 log_metric(f"spectrum/{name}", float(value))
+        if any(m.get("scan") for m in ms):
+            early, late = mean([m.get("early_mean") for m in ms]), mean([m.get("late_mean") for m in ms])
+            if early is not None and late is not None:
+                log_metric("spectrum/memory_gain_batch", float(late - early))
     if log_extra is not None:
         for name in ("row_id", "scan", "band_fingerprint", *LOGGED_METRICS):
             log_extra(name, [m.get(name) for m in ms])
