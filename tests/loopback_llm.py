@@ -149,6 +149,31 @@ def junk_responder(policy: str = "accumulate") -> Responder:
     return respond
 
 
+FAILING_SCANS = {3: "http 5xx", 5: "empty reply"}  # fault_responder's scans and the cause each one records
+
+
+def fault_responder(policy: str = "accumulate") -> Responder:
+    """A model behind a flaky host, deterministically from what it is sent: every request while scan 3 is
+    open gets an HTTP 500, every one while scan 5 is open a 200 without choices (so both scans are skipped
+    once the tries run out), the other scans ``policy``'s report."""
+    good = policy_responder(policy)
+
+    def respond(request: dict) -> Reply:
+        scan = scan_number(request)
+        if scan == 3:
+            return 500, {"error": {"message": "upstream overloaded", "type": "server_error"}}, 0.0
+        if scan == 5:
+            return ok(chat_response(choices=[]))
+        return good(request)
+
+    return respond
+
+
+def dead_responder() -> Responder:
+    """A host that answers every request with an HTTP 500: the model never answers."""
+    return lambda request: (500, {"error": {"message": "upstream is down", "type": "server_error"}}, 0.0)
+
+
 def sequence(*responders: Responder) -> Responder:
     """The i-th request goes to ``responders[i]``; the last one answers every later request."""
     lock = threading.Lock()
@@ -293,8 +318,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--policy", default="accumulate")
     ap.add_argument("--junk", action="store_true", help="misbehave first on every scan (junk_responder)")
+    ap.add_argument("--faults", action="store_true", help="HTTP 500s on scan 3, empty replies on scan 5 (fault_responder)")
+    ap.add_argument("--dead", action="store_true", help="HTTP 500 for every request (dead_responder)")
     a = ap.parse_args(argv)
-    responder = junk_responder(a.policy) if a.junk else policy_responder(a.policy)
+    responder = (dead_responder() if a.dead else fault_responder(a.policy) if a.faults else
+                 junk_responder(a.policy) if a.junk else policy_responder(a.policy))
     server = LoopbackLLM(responder, port=a.port, record=False).start()
     print(f"PORT {server.port}", flush=True)
     try:

@@ -297,6 +297,32 @@ def test_statistics_come_from_common_stats(tmp_path):
     assert _statistics_defined({"spectrum_rft.tools.probe": probe}) == ["spectrum_rft.tools.probe:2: defines _mean"]
 
 
+# The model <-> env loop is written once: only the episode driver builds what a model is sent (a call of
+# spectrum_rft.task.window.window) and hands its tool calls to an env. The verifiers harness (its own package)
+# is held to the same rule.
+HARNESS = ROOT / "environments" / "spectrum_memory" / "spectrum_memory"
+
+
+def _model_loops(files: dict[str, Path]) -> list[str]:
+    out = []
+    for name, path in files.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and (getattr(node.func, "id", None) == "window"
+                                               or getattr(node.func, "attr", None) == "window"):
+                out.append(f"{name}:{node.lineno}")
+    return out
+
+
+def test_one_model_loop(tmp_path):
+    files = {**MODULES, **{f"spectrum_memory.{p.stem}": p for p in HARNESS.glob("*.py")}}
+    loops = _model_loops(files)
+    assert [x.split(":")[0] for x in loops] == ["spectrum_rft.rollouts.driver"], loops
+    probe = tmp_path / "second_loop.py"
+    probe.write_text("from spectrum_rft.task.window import window\n\nasync def play(env, model, transcript):\n"
+                     "    while not env.done:\n        reply = await model(window(transcript, 'none'))\n")
+    assert _model_loops({"spectrum_rft.tools.second_loop": probe}) == ["spectrum_rft.tools.second_loop:5"]
+
+
 def test_the_one_definition_check_sees_a_copy(tmp_path):
     values = _one_definition_values()
     probe = tmp_path / "spectrum_rft" / "tools"

@@ -29,7 +29,9 @@ from spectrum_rft.task.environment import env_for_row  # noqa: E402
 from spectrum_rft.rollouts.row_result import evaluate_row  # noqa: E402
 from spectrum_rft.task.environment import EXTRA_SUBMIT  # noqa: E402
 from spectrum_rft.baselines import policy_models as spectrum_models  # noqa: E402
-from spectrum_rft.rollouts.loop import InProcessEpisode, _Stats, run_tools  # noqa: E402
+from spectrum_rft.rollouts.driver import run_tools  # noqa: E402
+from spectrum_rft.rollouts.episode import InProcessEpisode  # noqa: E402
+from spectrum_rft.rollouts.model_calls import CallStats  # noqa: E402
 from spectrum_rft.rollouts.turn import NUDGE, SpectrumTurnRolloutProcessor  # noqa: E402
 
 # the scripted ``spectrum/<policy>`` models, registered by explicit configuration (the rollouts never import
@@ -526,7 +528,7 @@ def test_arbitrary_tool_calls_never_crash_the_loop(mode, messages):
         tcs = [tool_call(n, a, f"c{i}") for i, (n, a) in enumerate(calls)]
         before, n_before = env.scan_index, len(transcript)
         if tcs:
-            asyncio.run(run_tools(ep, tcs, transcript, _Stats()))
+            asyncio.run(run_tools(ep, tcs, transcript, CallStats()))
         else:
             asyncio.run(ep.no_tool_call())
         results = transcript[n_before:]

@@ -53,7 +53,8 @@ from eval_protocol.models import EvaluationRow
 from eval_protocol.pytest.types import RolloutProcessorConfig
 
 from spectrum_rft.common.processes import free_port, log_tail, stop_process
-from spectrum_rft.rollouts.loop import Opening, SpectrumRolloutProcessor, max_model_calls
+from spectrum_rft.rollouts.episode import Opening, max_model_calls
+from spectrum_rft.rollouts.loop import SpectrumRolloutProcessor
 from spectrum_rft.rollouts.mcp_protocol import (CLIENT_INFO_KEY, EPISODE_URI, EVENT_TOOL, FAULTS_KEY,
                                                 INLINE_MAX_CHARS, META_KEY, RAW_TOOL, TURN_KEY)
 from spectrum_rft.task.actions import MAX_ARGUMENT_BYTES, argument_bytes, is_blank, parse_arguments
@@ -89,7 +90,7 @@ def _text(result: Any) -> str:
 
 
 class McpEpisode:
-    """One rollout's env on the server, reached over one MCP session (see :class:`loop.Episode`). Scans
+    """One rollout's env on the server, reached over one MCP session (see :class:`spectrum_rft.rollouts.episode.Episode`). Scans
     after the first arrive in the ``submit_report`` tool result that closed the previous scan."""
 
     scans_in_tool_results = True

@@ -209,8 +209,8 @@ def run_with_processor(model: str, system: str, runs: int, prompt: str = "weak",
                        llm_tries: int = 4,
                        temperature: float | None = None, max_tokens: int | None = None,
                        extra_params: dict | None = None, progress: Any | None = None) -> list[list[dict]]:
-    """Each run as one eval-protocol row through ``spectrum_turn_processor`` (the one dialogue loop); the
-    env's per-scan records of each run. ``progress``: a stream for progress lines (None: silent). A row
+    """Each run as one eval-protocol row through the in-process rollout path (:mod:`spectrum_rft.rollouts.turn`,
+    the one loop); the env's per-scan records of each run. ``progress``: a stream for progress lines (None: silent). A row
     that ended in error still has every scan scored (the processor closes the rest as empty reports); the
     errors are raised together (:class:`BenchRowError`) after every row finished."""
     import asyncio  # noqa: PLC0415
@@ -300,7 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--stateless-from", metavar="FILE",
                     help="take the stateless baseline from an earlier `--json` output instead of running it")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
-    m = ap.add_argument_group("model runs (through spectrum_turn_processor)")
+    m = ap.add_argument_group("model runs (through the in-process rollout path)")
     m.add_argument("--token-budget", type=int, default=DEFAULT_ICL_TOKEN_BUDGET,
                    help=f"icl: trim the oldest scans past this token estimate (0: never; default "
                         f"{DEFAULT_ICL_TOKEN_BUDGET})")
