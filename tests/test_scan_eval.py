@@ -137,3 +137,13 @@ def test_panel_refuses_what_the_rule_does_not_allow(tmp_path, capsys):
     assert "seed 0: d" in out and "seed 1: d" in out and "verdict (held-out, primary): NOT LEARNED" in out
     assert M.main(["--panel-warm", str(files["warm"]), "--panel-real", "zero=x.json"]) == 2
     assert "expected SEED=FILE" in capsys.readouterr().err
+
+
+def test_scan_eval_device_cuda_without_a_gpu_is_one_line(tmp_path, capsys):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    assert S.torch_device("auto").type == "cpu"
+    assert S.main(["--model", str(tmp_path), "--device", "cuda", "--scans", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["spectrum-rft scan-eval: --device cuda: torch sees no CUDA device here"]
