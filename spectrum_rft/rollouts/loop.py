@@ -66,11 +66,11 @@ from eval_protocol.models import EvaluationRow, Message, Status
 from eval_protocol.pytest.rollout_processor import RolloutProcessor
 from eval_protocol.pytest.types import RolloutProcessorConfig
 
-from spectrum_rft.rollouts.driver import ARGS_MAX_CHARS, ARGS_PREVIEW_CHARS, drive, run_tools, stored_arguments  # noqa: F401
+from spectrum_rft.rollouts.driver import drive
 from spectrum_rft.rollouts.episode import Episode, InProcessEpisode
-from spectrum_rft.rollouts.failures import FAILURE_CAUSES, MODEL_FAILURE  # noqa: F401
-from spectrum_rft.rollouts.model_calls import (CallStats, ModelCaller, RolloutConfigError, backoff_delay,  # noqa: F401
-                                               endpoint_of, failure_cause, failure_detail, model_failure_message)
+from spectrum_rft.rollouts.failures import FAILURE_CAUSES
+from spectrum_rft.rollouts.model_calls import (CallStats, ModelCaller, RolloutConfigError, endpoint_of,
+                                               model_failure_message)
 from spectrum_rft.rollouts.scripted import SCRIPTED_MODEL_PREFIX, is_scripted_model, row_metadata  # noqa: F401
 from spectrum_rft.task.window import is_scan_message
 

@@ -90,8 +90,9 @@ def _text(result: Any) -> str:
 
 
 class McpEpisode:
-    """One rollout's env on the server, reached over one MCP session (see :class:`spectrum_rft.rollouts.episode.Episode`). Scans
-    after the first arrive in the ``submit_report`` tool result that closed the previous scan."""
+    """One rollout's env on the server, reached over one MCP session (see
+    :class:`spectrum_rft.rollouts.episode.Episode`). Scans after the first arrive in the ``submit_report`` tool
+    result that closed the previous scan."""
 
     scans_in_tool_results = True
 
