@@ -22,7 +22,7 @@ Imports neither litellm nor eval-protocol.
 from __future__ import annotations
 
 import json
-from typing import Callable
+from typing import Any, Callable
 
 from spectrum_rft.rollouts.episode import Episode, Opening
 from spectrum_rft.rollouts.model_calls import CallStats, ModelCaller
@@ -44,7 +44,6 @@ def stored_arguments(arguments: str, refused: bool) -> str:
     return json.dumps({"truncated_arguments": arguments[:ARGS_PREVIEW_CHARS], "full_length": len(arguments),
                        "note": f"arguments of {len(arguments)} characters; only the first "
                                f"{ARGS_PREVIEW_CHARS} are kept"})
-
 
 
 async def run_tools(episode: Episode, tool_calls: Any, transcript: list[dict], stats: CallStats) -> int | None:
