@@ -62,6 +62,10 @@ PANEL_SALT=${PANEL_SALT:-heldout-panel}; ECHO_HISTORY=${ECHO_HISTORY:-accumulate
 SFT_MODEL=${SFT_MODEL:-$OUT/sft/model}
 mkdir -p "$OUT/scan-eval"
 has() { [[ " $STAGES " == *" $1 "* ]]; }
+# background jobs: settle waits for every one started since the last settle, reports each that failed (its
+# log says why) and goes on; on a CPU each batch settles before the next starts, with GPU=1 only at the end
+pids=()
+settle() { local p; for p in "${pids[@]}"; do wait "$p" || echo "a job failed (pid $p; see its log)" >&2; done; pids=(); }
 
 if has restore && [[ -f "$RECORD/sft/adapter/adapter_model.safetensors" ]]; then
   mkdir -p "$OUT/grpo"
@@ -78,9 +82,7 @@ if has sft && [[ ! -f "$OUT/sft/summary.json" ]]; then
     > "$OUT/sft.log" 2>&1
 fi
 if has grpo; then
-  pids=()
-  for seed in $SEEDS; do
-    [[ "$GPU" == 1 ]] || pids=()  # on a CPU the seeds take turns, the two arms of one side by side
+  for seed in $SEEDS; do  # on a CPU the seeds take turns, the two arms of one side by side
     for arm in weak-scaffold weak-scrambled; do
       run="$OUT/grpo/$arm-s$seed"
       [[ -f "$run/summary.json" ]] && continue
@@ -92,9 +94,9 @@ if has grpo; then
         --out "$run" >> "$OUT/grpo-$arm-s$seed.log" 2>&1 &
       pids+=($!)
     done
-    if [[ "$GPU" != 1 ]]; then for p in "${pids[@]}"; do wait "$p" || echo "a GRPO run of seed $seed failed (its log)" >&2; done; fi
+    [[ "$GPU" == 1 ]] || settle
   done
-  if [[ "$GPU" == 1 ]]; then for p in "${pids[@]}"; do wait "$p" || echo "a GRPO run failed (its log)" >&2; done; fi
+  settle
 fi
 runs=("$OUT"/grpo/*/)
 if has report && [[ -e "${runs[0]}" ]]; then
@@ -102,7 +104,6 @@ if has report && [[ -e "${runs[0]}" ]]; then
   srft memory-report "${runs[@]}" --png "" --json > "$OUT/memory_report.json"
 fi
 if has panel; then
-  pids=()
   for model in "$SFT_MODEL" "$OUT"/grpo/*/model; do
     [[ -d "$model" ]] || continue
     name=$(basename "$(dirname "$model")")
@@ -114,9 +115,9 @@ if has panel; then
       --out "$OUT/scan-eval/heldout-$name.json.part" > "$OUT/scan-eval/heldout-$name.txt" 2> "$OUT/scan-eval/heldout-$name.log" \
       && mv "$OUT/scan-eval/heldout-$name.json.part" "$OUT/scan-eval/heldout-$name.json" && cat "$OUT/scan-eval/heldout-$name.txt" &
     pids+=($!)
-    if [[ "$GPU" != 1 ]]; then wait "$!" || echo "scan-eval of $name failed: $OUT/scan-eval/heldout-$name.log" >&2; fi
+    [[ "$GPU" == 1 ]] || settle
   done
-  if [[ "$GPU" == 1 ]]; then for p in "${pids[@]}"; do wait "$p" || echo "a panel scan-eval failed (its .log)" >&2; done; fi
+  settle
   # each checkpoint against the warm start, scan by scan (mean difference +- SE)
   srft scan-eval --compare "$OUT/scan-eval/heldout-sft.json" "$OUT"/scan-eval/heldout-weak-*.json \
     | tee "$OUT/scan-eval/heldout-compare.txt"

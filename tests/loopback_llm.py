@@ -149,9 +149,6 @@ def junk_responder(policy: str = "accumulate") -> Responder:
     return respond
 
 
-FAILING_SCANS = {3: "http 5xx", 5: "empty reply"}  # fault_responder's scans and the cause each one records
-
-
 def fault_responder(policy: str = "accumulate") -> Responder:
     """A model behind a flaky host, deterministically from what it is sent: every request while scan 3 is
     open gets an HTTP 500, every one while scan 5 is open a 200 without choices (so both scans are skipped

@@ -68,9 +68,8 @@ from eval_protocol.pytest.types import RolloutProcessorConfig
 
 from spectrum_rft.rollouts.driver import drive
 from spectrum_rft.rollouts.episode import Episode, InProcessEpisode
-from spectrum_rft.rollouts.failures import FAILURE_CAUSES
 from spectrum_rft.rollouts.model_calls import (CallStats, ModelCaller, RolloutConfigError, endpoint_of,
-                                               model_failure_message)
+                                               model_failure, model_failure_message)
 from spectrum_rft.rollouts.scripted import SCRIPTED_MODEL_PREFIX, is_scripted_model, row_metadata  # noqa: F401
 from spectrum_rft.task.window import is_scan_message
 
@@ -99,13 +98,10 @@ def mark_model_failure(row: EvaluationRow, cause: str, requests: int, detail: st
       with ``cause`` one of :data:`FAILURE_CAUSES`.
 
     ``extra["spectrum"]`` (the env's record) is left as it is."""
-    if cause not in FAILURE_CAUSES:
-        cause = "error"
-    detail = " ".join(str(detail).split())[:300]
-    row.rollout_status = Status.rollout_error(model_failure_message(cause, requests, detail, endpoint))
+    failure = model_failure(cause, requests, detail)
+    row.rollout_status = Status.rollout_error(model_failure_message(failure, endpoint))
     extra = dict(row.execution_metadata.extra or {})
-    extra["spectrum_rollout"] = {**(extra.get("spectrum_rollout") or {}),
-                                 "model_failure": {"cause": cause, "requests": int(requests), "detail": detail}}
+    extra["spectrum_rollout"] = {**(extra.get("spectrum_rollout") or {}), "model_failure": failure}
     row.execution_metadata.extra = extra
 
 

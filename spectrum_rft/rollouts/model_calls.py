@@ -98,12 +98,20 @@ def endpoint_of(params: dict | None) -> str:
     return f"{base} (model {model})" if base else f"model {model}"
 
 
-def model_failure_message(cause: str, requests: int, detail: str, endpoint: str) -> str:
-    """The one-line error of a rollout whose model never produced a usable reply (the evaluator's error row
-    and the verifiers harness's stderr): starts with :data:`~spectrum_rft.rollouts.failures.MODEL_FAILURE`."""
-    detail = " ".join(str(detail).split())[:300]
-    return (f"{MODEL_FAILURE}: {cause} ({requests} request{'s' if requests != 1 else ''} to {endpoint}); "
-            f"last error: {detail}")
+def model_failure(cause: str | None, requests: int, detail: str) -> dict:
+    """The record of a rollout whose model never produced a usable reply, as every transport stores it
+    (the evaluator's ``extra["spectrum_rollout"]["model_failure"]``, the verifiers harness's
+    ``trace.info["spectrum_rollout"]["model_failure"]``): ``cause`` one of :data:`FAILURE_CAUSES`."""
+    return {"cause": cause if cause in FAILURE_CAUSES else "error", "requests": int(requests),
+            "detail": " ".join(str(detail).split())[:300]}
+
+
+def model_failure_message(failure: dict, endpoint: str) -> str:
+    """The one-line error of that rollout (:func:`model_failure`'s record): starts with
+    :data:`~spectrum_rft.rollouts.failures.MODEL_FAILURE`."""
+    n = failure["requests"]
+    return (f"{MODEL_FAILURE}: {failure['cause']} ({n} request{'s' if n != 1 else ''} to {endpoint}); "
+            f"last error: {failure['detail']}")
 
 
 def bad_arguments(tool_calls: list[dict]) -> bool:

@@ -210,9 +210,9 @@ def run_with_processor(model: str, system: str, runs: int, prompt: str = "weak",
                        temperature: float | None = None, max_tokens: int | None = None,
                        extra_params: dict | None = None, progress: Any | None = None) -> list[list[dict]]:
     """Each run as one eval-protocol row through the in-process rollout path (:mod:`spectrum_rft.rollouts.turn`,
-    the one loop); the env's per-scan records of each run. ``progress``: a stream for progress lines (None: silent). A row
-    that ended in error still has every scan scored (the processor closes the rest as empty reports); the
-    errors are raised together (:class:`BenchRowError`) after every row finished."""
+    the one loop); the env's per-scan records of each run. ``progress``: a stream for progress lines (None:
+    silent). A row that ended in error still has every scan scored (the processor closes the rest as empty
+    reports); the errors are raised together (:class:`BenchRowError`) after every row finished."""
     import asyncio  # noqa: PLC0415
 
     from eval_protocol.pytest.types import RolloutProcessorConfig  # noqa: PLC0415

@@ -31,7 +31,8 @@ import verifiers.v1 as vf
 
 from spectrum_rft.rollouts.driver import drive
 from spectrum_rft.rollouts.episode import InProcessEpisode
-from spectrum_rft.rollouts.model_calls import CallStats, ModelCaller, RolloutConfigError, model_failure_message
+from spectrum_rft.rollouts.model_calls import (CallStats, ModelCaller, RolloutConfigError, model_failure,
+                                               model_failure_message)
 from spectrum_memory.taskset import INFO_KEY
 
 
@@ -47,11 +48,13 @@ class SpectrumHarnessConfig(vf.HarnessConfig):
 
 @dataclass
 class Played:
-    """What :func:`play` leaves: the env's record, the call statistics, and the error that ends the rollout
-    as one (None when the rollout finished as a rollout, whatever it scored)."""
+    """What :func:`play` leaves: the env's record, the call statistics, the record of a model that never
+    answered (:func:`~spectrum_rft.rollouts.model_calls.model_failure`, else None) and the error that ends
+    the rollout as one (None when the rollout finished as a rollout, whatever it scored)."""
 
     result: dict
     stats: CallStats
+    failure: dict | None
     error: str | None
 
 
@@ -64,15 +67,16 @@ async def play(episode: InProcessEpisode, transcript: list[dict],
     opening = await episode.start()
     stats = CallStats()
     model = ModelCaller(request, tries=tries, backoff_base=backoff_base, backoff_max=backoff_max)
-    error = None
+    error, failure = None, None
     try:
         await drive(episode, opening, transcript, model, stats)
     except RolloutConfigError as e:
         error = str(e)
     if stats.never_answered:
-        error = model_failure_message(stats.cause or "error", stats.llm_requests, stats.detail, endpoint)
-    result = await episode.finish("llm_failure" if stats.never_answered else "rollout_error")  # as the evaluator
-    return Played(result, stats, error)
+        failure = model_failure(stats.cause, stats.llm_requests, stats.detail)
+        error = model_failure_message(failure, endpoint)
+    result = await episode.finish("llm_failure" if failure else "rollout_error")  # as the evaluator
+    return Played(result, stats, failure, error)
 
 
 class SpectrumHarness(vf.Harness[SpectrumHarnessConfig]):
@@ -103,9 +107,8 @@ class SpectrumHarness(vf.Harness[SpectrumHarnessConfig]):
         stats = played.stats
         trace.info[INFO_KEY] = played.result
         rollout: dict = {"transport": "verifiers", "model_calls": stats.model_calls, "llm_requests": stats.llm_requests}
-        if stats.never_answered:  # the evaluator's extra["spectrum_rollout"]["model_failure"], same fields
-            rollout["model_failure"] = {"cause": stats.cause, "requests": stats.llm_requests,
-                                        "detail": " ".join(stats.detail.split())[:300]}
+        if played.failure is not None:  # the evaluator's extra["spectrum_rollout"]["model_failure"]
+            rollout["model_failure"] = played.failure
         trace.info["spectrum_rollout"] = rollout
         if played.error is not None:
             return vf.ProgramResult(exit_code=1, stdout="", stderr=played.error)
