@@ -24,6 +24,7 @@ from spectrum_rft.task.environment import (
     env_for_row,
     tool_schemas,
 )
+from spectrum_rft.task.memory import memory_mode
 from spectrum_rft.task.scan_format import parse_scan
 from spectrum_rft.training.spectrum.trl_env import (
     TOOL_ENV_CLASSES,
@@ -117,7 +118,7 @@ def test_metrics_and_reset_are_not_tools_and_factories_cover_every_mode():
     factories = environment_factories()
     for mode in MEMORY_MODES:
         assert factories[environment_name(mode)] is tool_env_class(mode)
-        assert mode in tool_env_class(mode).MEMORY_MODES
+        assert tool_env_class(mode).TOOL_SET == memory_mode(mode).tool_set
     assert tool_env_class("icl_notepad") is SpectrumIclNotepadToolEnv
     with pytest.raises(ValueError, match="memory_mode"):
         SpectrumToolEnv().reset(**make_rows(1, memory_mode="notepad")[0])

@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 from spectrum_rft.rollouts.episode import Episode, Opening
 from spectrum_rft.rollouts.model_calls import CallStats, ModelCaller
+from spectrum_rft.task.memory import memory_mode
 from spectrum_rft.task.window import window
 
 # ---- tool-call arguments kept in rows and transcripts ----------------------------------------------------
@@ -74,9 +75,10 @@ async def drive(ep: Episode, opening: Opening, transcript: list[dict], model: Mo
     """Play the episode ``ep`` (started: ``opening``) to its end against ``model``, appending every message to
     ``transcript`` (which holds the opening messages). ``on_scan(k)`` is called when scan ``k`` (0-based)
     enters the transcript after the first (a transport's periodic logging). ``icl_token_budget``: for
-    ``icl`` episodes, what :func:`~spectrum_rft.task.window.window` keeps of earlier scans."""
+    episodes whose memory mode keeps the history (``icl``), what :func:`~spectrum_rft.task.window.window`
+    keeps of earlier scans."""
     mode = opening.memory_mode
-    budget = icl_token_budget if mode == "icl" else None
+    budget = icl_token_budget if memory_mode(mode).history else None
     in_tool_results = bool(getattr(ep, "scans_in_tool_results", False))
     shown = -1  # index of the scan last shown to the model
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from spectrum_rft.task.memory import MEMORY_MODES, MemoryMode, memory_mode
 from spectrum_rft.task.presets import resolve_preset
 from spectrum_rft.task.reward import resolve_reward
 
-# icl_notepad is CLBench's: context cleared every scan, a notepad shown with each scan that the model
-# replaces through submit_report's ``notepad_update`` field.
-MEMORY_MODES: tuple[str, ...] = ("none", "icl", "notepad", "scaffold", "scrambled", "icl_notepad")
+__all__ = ["MEMORY_MODES", "PROMPT_VARIANTS", "EnvConfig"]
 PROMPT_VARIANTS: tuple[str, ...] = ("explicit", "weak", "notepad-vague", "notepad-explicit")
 
 
@@ -36,12 +35,16 @@ class EnvConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "preset", resolve_preset(self.preset))
         object.__setattr__(self, "reward", resolve_reward(self.reward))
-        if self.memory_mode not in MEMORY_MODES:
-            raise ValueError(f"unknown memory_mode {self.memory_mode!r}; choose one of {', '.join(MEMORY_MODES)}")
+        memory_mode(self.memory_mode)  # a ValueError naming the modes
         if self.prompt not in PROMPT_VARIANTS:
             raise ValueError(f"unknown prompt {self.prompt!r}; choose one of {', '.join(PROMPT_VARIANTS)}")
         if self.max_calls_per_scan < 1:
             raise ValueError("max_calls_per_scan must be >= 1")
+
+    @property
+    def memory(self) -> MemoryMode:
+        """The memory mode itself (:mod:`spectrum_rft.task.memory`)."""
+        return memory_mode(self.memory_mode)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> "EnvConfig":

@@ -9,8 +9,9 @@ thin transports around it. Gymnasium-shaped::
     obs, reward, terminated, truncated, info = env.step({"center_freqs": [41.5, 97.0]})
 
 One seed drives one ``numpy.random.Generator`` that draws the band *and* the whole scan sequence at
-``reset`` (so every rollout of a row sees byte-identical prompts in every process). The scrambled echo of
-the control arm uses a second stream derived from the same seed.
+``reset`` (so every rollout of a row sees byte-identical prompts in every process). The memory mode's echo
+rule (:mod:`spectrum_rft.task.memory`; the scrambled control's random echo) draws from a second stream
+derived from the same seed.
 
 The pieces around it, each in a module of its own (and re-exported here, where callers import them):
 ``config`` (:class:`EnvConfig`, the memory modes and prompt variants), ``presets`` (the bands and their
@@ -94,7 +95,7 @@ class _State:
     reported_this_turn: bool = False  # a submit_report of the open model turn scored the scan
     notepad: str = ""
     faults: dict[str, int] = field(default_factory=dict)
-    scramble: np.random.Generator | None = None
+    echo_rng: np.random.Generator | None = None  # the memory mode's echo rule draws from it
 
 
 class SpectrumEnv:
@@ -114,11 +115,11 @@ class SpectrumEnv:
         seed = int(seed)
         ep = self.preset.episode(seed)
         truth_merged = sr.report_intervals([c for c, _ in ep.truth], [w for _, w in ep.truth], ep.band)
-        scramble = np.random.default_rng([seed, 0x5C4A]) if self.config.memory_mode == "scrambled" else None
+        echo_rng = np.random.default_rng([seed, 0x5C4A])  # the stream of the scrambled control's echo
         # Every scan body in one template pass; only the echo/notepad tail is rendered per scan.
         bodies = scan_format.render_bodies(ep)
         truth_iv = [(c - 0.5 * w, c + 0.5 * w) for c, w in ep.truth]
-        self._s = _State(ep, seed, truth_merged, bodies, truth_iv, scramble=scramble)
+        self._s = _State(ep, seed, truth_merged, bodies, truth_iv, echo_rng=echo_rng)
         self._echo = self._make_echo()
         return self.observation(), {"seed": seed, "n_scans": self.n_scans, "band": ep.band}
 
@@ -202,7 +203,7 @@ class SpectrumEnv:
                 self._fault("invalid_report")
                 return ToolResult(f"Error: {e}.{STILL_OPEN}", ok=False, error=str(e))
             note = None
-            if self.config.memory_mode == "icl_notepad" and isinstance(arguments, dict) and "notepad_update" in arguments:
+            if self.config.memory.notepad_in_scan and isinstance(arguments, dict) and "notepad_update" in arguments:
                 note = self._set_notepad(arguments["notepad_update"])
             obs, reward, _, _, info = self.step(arguments)
             if not info["advanced"]:
@@ -213,7 +214,7 @@ class SpectrumEnv:
             s.reported_this_turn = True
             return ToolResult(text, ok=True, advanced=True, reward=reward)
         if name in ("notepad_read", "notepad_write"):
-            if self.config.memory_mode != "notepad":
+            if not self.config.memory.notepad_tools:
                 self._fault("notepad_unavailable")
                 return ToolResult(f"Error: {name} is not available in memory mode "
                                   f"'{self.config.memory_mode}'. Use submit_report.", ok=False,
@@ -317,7 +318,7 @@ class SpectrumEnv:
         s = self._state()
         assert s is not None
         echo = self._echo if index == s.scan else None
-        notepad = s.notepad if self.config.memory_mode == "icl_notepad" and index == s.scan else None
+        notepad = s.notepad if self.config.memory.notepad_in_scan and index == s.scan else None
         return scan_format.render_scan(s.bodies[index], echo, notepad, self.preset.max_regions)
 
     def truth(self) -> list[tuple[float, float]]:
@@ -428,17 +429,13 @@ class SpectrumEnv:
         return sub.reward(self.config.reward)
 
     def _make_echo(self) -> list[float] | None:
-        """The memory echo for the open scan: the previous report (scaffold), or a same-size report of
-        seeded random centres (scrambled control); None in other modes or on the first scan."""
+        """The memory echo for the open scan, by the memory mode's echo rule (the previous report, or the
+        control's seeded random centres of the same count); None without one or on the first scan."""
         s = self._s
-        mode = self.config.memory_mode
-        if s is None or mode not in ("scaffold", "scrambled") or s.scan == 0 or s.scan >= self.n_scans:
+        rule = self.config.memory.echo
+        if s is None or rule is None or s.scan == 0 or s.scan >= self.n_scans:
             return None
-        if mode == "scaffold":
-            return [round(c, 1) for c in s.prev_report]
-        lo, hi = s.episode.band
-        assert s.scramble is not None
-        return sorted(round(float(x), 1) for x in s.scramble.uniform(lo, hi, size=len(s.prev_report)))
+        return rule(s.prev_report, s.episode.band, s.echo_rng)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -8,11 +8,14 @@ from typing import Any
 
 from spectrum_rft.task import scan_format
 from spectrum_rft.task.config import EnvConfig
+from spectrum_rft.task.memory import memory_mode as get_memory_mode
 from spectrum_rft.task.presets import get_preset
 
 
 def tool_schemas(memory_mode: str, preset: str = "default") -> list[dict]:
-    """OpenAI function-calling schemas for a memory mode. The single definition both paths use."""
+    """OpenAI function-calling schemas for a memory mode (its tools: :attr:`MemoryMode.tool_set`). The single
+    definition every path uses."""
+    mode = get_memory_mode(memory_mode)
     p = get_preset(preset)
     lo, hi = p.band
     report_props: dict[str, Any] = {
@@ -31,7 +34,7 @@ def tool_schemas(memory_mode: str, preset: str = "default") -> list[dict]:
             "maxItems": p.max_regions,
             "description": "Optional: bandwidth in MHz of each region, same length as center_freqs.",
         }
-    if memory_mode == "icl_notepad":
+    if mode.notepad_in_scan:
         report_props["notepad_update"] = {
             "type": "string",
             "description": "Optional: replaces your notepad, which is shown to you with every later scan "
@@ -47,7 +50,7 @@ def tool_schemas(memory_mode: str, preset: str = "default") -> list[dict]:
             },
         }
     ]
-    if memory_mode == "notepad":
+    if mode.notepad_tools:
         tools += [
             {
                 "type": "function",
@@ -76,6 +79,6 @@ def tool_schemas(memory_mode: str, preset: str = "default") -> list[dict]:
 def render_system_prompt(config: EnvConfig) -> str:
     """The system prompt of an episode (the text: :func:`spectrum_rft.task.scan_format.render_system_prompt`)."""
     p = get_preset(config.preset)
-    return scan_format.render_system_prompt(variant=config.prompt, memory_mode=config.memory_mode, band=p.band,
+    return scan_format.render_system_prompt(variant=config.prompt, memory=config.memory, band=p.band,
                                             n_scans=p.n_scans, max_regions=p.max_regions,
                                             report_width=p.report_width, reward=config.reward, think=config.think)

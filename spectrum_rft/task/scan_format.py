@@ -31,6 +31,7 @@ import jinja2
 
 if TYPE_CHECKING:  # pragma: no cover
     from spectrum_rft.task.episode import Episode
+    from spectrum_rft.task.memory import MemoryMode
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 
@@ -54,11 +55,12 @@ def templates() -> jinja2.Environment:
     return env
 
 
-def render_system_prompt(*, variant: str, memory_mode: str, band: tuple[float, float], n_scans: int,
+def render_system_prompt(*, variant: str, memory: "MemoryMode", band: tuple[float, float], n_scans: int,
                          max_regions: int, report_width: float | None, think: bool, reward: str = "occ_iou") -> str:
-    """The system prompt (``system.j2``); ``reward`` (a definition name) picks how scoring is described."""
+    """The system prompt (``system.j2``); ``memory`` (the memory mode) says what the model is told about its
+    echo or notepad, ``reward`` (a definition name) how scoring is described."""
     return templates().get_template("system.j2").render(
-        variant=variant, memory_mode=memory_mode, band=band, n_scans=n_scans, max_regions=max_regions,
+        variant=variant, memory=memory, band=band, n_scans=n_scans, max_regions=max_regions,
         report_width=report_width, think=think, reward=reward,
     ).strip()
 

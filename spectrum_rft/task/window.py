@@ -1,6 +1,6 @@
 """Which messages the model sees: one pure function shared by both rollout paths.
 
-* ``icl``: the whole conversation.
+* a mode with ``history`` (``icl``): the whole conversation.
 * every other memory mode (``none``, ``notepad``, ``scaffold``, ``scrambled``, ``icl_notepad``): the ICL-off
   window, i.e. the system message + the message carrying the current scan + this scan's own tool traffic.
   Its only memory across scans is then what the environment puts into the scan (the scaffold echo, the
@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence, TypeVar
 
+from spectrum_rft.task.memory import memory_mode as get_memory_mode
 from spectrum_rft.task.scan_format import is_scan_text
 
 M = TypeVar("M")
@@ -88,11 +89,12 @@ def approx_tokens(msg: Any) -> int:
 def window(messages: Sequence[M], memory_mode: str, token_budget: int | None = None) -> list[M]:
     """The messages to send to the model for ``memory_mode`` (inputs are never modified).
 
-    ``token_budget`` (``icl`` only): drop the oldest turns, a whole scan at a time, until the estimate
-    fits; the system message and the current scan are always kept.
+    ``token_budget`` (modes with ``history`` only): drop the oldest turns, a whole scan at a time, until the
+    estimate fits; the system message and the current scan are always kept.
     """
+    history = get_memory_mode(memory_mode).history
     msgs = list(messages)
-    if memory_mode == "icl" and token_budget is not None:
+    if history and token_budget is not None:
         head = [m for m in msgs[:1] if _get(m, "role") == "system"]
         body = msgs[len(head):]
         total = sum(map(approx_tokens, msgs))
@@ -103,7 +105,7 @@ def window(messages: Sequence[M], memory_mode: str, token_budget: int | None = N
             total -= sum(map(approx_tokens, body[:cut]))
             body = body[cut:]
         msgs = head + body
-    if memory_mode != "icl":
+    if not history:
         ids = report_call_ids(msgs)
         start = next((i for i in range(len(msgs) - 1, -1, -1) if is_scan_message(msgs[i], ids)), None)
         if start is not None:

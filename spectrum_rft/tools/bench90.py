@@ -58,8 +58,9 @@ def play_policy(policy: str, system: str, run: int, prompt: str = "weak") -> lis
 
     sp.make_policy(policy)  # unknown names fail loudly
     env = SpectrumEnv(env_config(system, prompt))
-    if system != "icl_notepad":
-        run_episode(env, policy, check_run(run), history=(system == "icl"))
+    memory = env.config.memory
+    if not memory.notepad_in_scan:
+        run_episode(env, policy, check_run(run), history=memory.history)
         return env.scan_records()
     from spectrum_rft.baselines import policy_models as spectrum_models  # noqa: PLC0415  (litellm: only for this system)
 

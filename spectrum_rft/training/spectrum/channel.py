@@ -25,6 +25,7 @@ from typing import Any
 from spectrum_rft.baselines.policies import make_policy
 from spectrum_rft.common.stats import mean, standard_error
 from spectrum_rft.task.arms import ARMS
+from spectrum_rft.task.memory import memory_mode
 from spectrum_rft.task.scan_format import parse_scan
 from spectrum_rft.training.spectrum.trl_data import grpo_rows
 from spectrum_rft.training.spectrum.trl_env import ECHO_HISTORIES, memoryless_report, tool_env_class
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         print("spectrum-rft channel: --rows must be >= 2", file=sys.stderr)
         return 2
     for name in (a.arm, a.control):
-        if ARMS[name].memory_mode not in ("scaffold", "scrambled"):
+        if memory_mode(ARMS[name].memory_mode).echo is None:
             print(f"spectrum-rft channel: arm {name} shows no echo (memory mode {ARMS[name].memory_mode})",
                   file=sys.stderr)
             return 2

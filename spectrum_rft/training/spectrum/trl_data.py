@@ -20,10 +20,11 @@ import json
 from typing import Any
 
 from spectrum_rft.rollouts.dataset import make_rows
+from spectrum_rft.task.memory import memory_mode as get_memory_mode
 from spectrum_rft.task.presets import get_preset
 from spectrum_rft.task.seeding import seed_for_row
-from spectrum_rft.training.spectrum.trl_env import (ECHO_HISTORIES, SCAN_EPISODE_MODES, memoryless_report, scan_prompt,
-                                                     tool_env_class, tool_names)
+from spectrum_rft.training.spectrum.trl_env import (ECHO_HISTORIES, memoryless_report, scan_prompt, tool_env_class,
+                                                     tool_names)
 
 EPISODES = ("scan", "full")
 FINAL_REPLY = "Done."  # what the SFT data answers after the rollout's last tool result
@@ -31,15 +32,18 @@ FINAL_REPLY = "Done."  # what the SFT data answers after the rollout's last tool
 
 def episode_for(memory_mode: str, episode: str | None) -> str:
     """The episode shape of a memory mode (``None``: scan for the ICL-off modes, full for icl); refuses
-    the shapes that would change what the mode means."""
+    the shapes that would change what the mode means. Full episodes: the modes that keep the history (icl),
+    and those whose model writes a notepad shown with every scan (icl_notepad: a scan alone cannot train it;
+    TRL's context then also holds the earlier scans)."""
+    mode = get_memory_mode(memory_mode)
     if episode is None:
-        episode = "scan" if memory_mode in SCAN_EPISODE_MODES else "full"
+        episode = "scan" if mode.memory_in_scan_text else "full"
     if episode not in EPISODES:
         raise ValueError(f"unknown episode shape {episode!r}; choose one of {', '.join(EPISODES)}")
-    if episode == "scan" and memory_mode not in SCAN_EPISODE_MODES:
+    if episode == "scan" and not mode.memory_in_scan_text:
         raise ValueError(f"memory mode {memory_mode!r} cannot be trained one scan at a time (its memory does not "
                          f"travel in the scan text); use --episode full")
-    if episode == "full" and memory_mode not in ("icl", "icl_notepad"):
+    if episode == "full" and not (mode.history or mode.notepad_in_scan):
         raise ValueError(f"memory mode {memory_mode!r} hides earlier scans, but TRL keeps the whole conversation "
                          f"in context: a full episode would leak them. Use --episode scan")
     return episode

@@ -8,8 +8,9 @@ JSON schema made by ``transformers.utils.get_json_schema`` from the type hints a
 TRL collects the tools *before* ``reset`` sees the row, so one instance cannot change its tool set per
 row. Hence:
 
-* **One class per tool set.** :class:`SpectrumToolEnv` (``submit_report``; memory modes none, icl,
-  scaffold, scrambled), :class:`SpectrumNotepadToolEnv` (+ ``notepad_read``/``notepad_write``; notepad),
+* **One class per tool set** (:attr:`spectrum_rft.task.memory.MemoryMode.tool_set`).
+  :class:`SpectrumToolEnv` (``submit_report``; memory modes none, icl, scaffold, scrambled),
+  :class:`SpectrumNotepadToolEnv` (+ ``notepad_read``/``notepad_write``; notepad),
   :class:`SpectrumIclNotepadToolEnv` (``submit_report`` with ``notepad_update``; icl_notepad).
   :func:`tool_env_class` picks the class of a memory mode (a one-arm run passes it as the factory);
   :func:`environment_factories` is TRL's dict form (rows carry ``environment = environment_name(mode)``).
@@ -34,7 +35,8 @@ row. Hence:
   env's score, with memory_gain, dormant_recall, carry_rate and scans_skipped logged per step
   (``log_metric``) and each rollout's row id and band fingerprint logged per completion (``log_extra``).
 
-* **Scan episodes.** A row with ``scan`` = k > 0 (memory modes none, scaffold, scrambled) is one scan of
+* **Scan episodes.** A row with ``scan`` = k > 0 (memory modes whose memory travels in the scan text:
+  none, scaffold, scrambled; :attr:`~spectrum_rft.task.memory.MemoryMode.memory_in_scan_text`) is one scan of
   the episode: ``reset`` plays scans 1..k-1 with the row's ``echo_history`` policy (:func:`play_prefix`:
   accumulate, so the echo carries every earlier peak; memoryless for rows without the column) and returns
   scan k; the call that closes it ends the rollout (later calls are refused without touching the env) and
@@ -60,11 +62,11 @@ from typing import Any
 from spectrum_rft.baselines.policies import make_policy
 from spectrum_rft.common.stats import half_of, mean
 from spectrum_rft.task.environment import SpectrumEnv, env_for_row
+from spectrum_rft.task.memory import memory_mode as get_memory_mode
 from spectrum_rft.task.scan_format import parse_scan
 
 LOGGED_METRICS = ("score", "late_mean", "memory_gain", "dormant_recall", "carry_rate", "echo_copy", "scans_skipped",
                   "gain_vs_memoryless", "beyond_current")
-SCAN_EPISODE_MODES = ("none", "scaffold", "scrambled")  # memory that travels inside the scan text only
 
 
 def memoryless_report(scan_text: str) -> dict:
@@ -156,9 +158,11 @@ def _tool(declaration: Callable) -> Callable:
 
 
 class SpectrumToolEnv:
-    """One TRL rollout of the spectrum task (memory modes none, icl, scaffold, scrambled)."""
+    """One TRL rollout of the spectrum task (memory modes with tool set ``report``: none, icl, scaffold,
+    scrambled)."""
 
-    MEMORY_MODES: tuple[str, ...] = ("none", "icl", "scaffold", "scrambled")
+    TOOL_SET = "report"  # the memory modes it serves: MemoryMode.tool_set
+    NAME = "spectrum-none"  # its ``environment`` column in a run that mixes tool sets
 
     def __init__(self) -> None:
         self._env: SpectrumEnv | None = None
@@ -177,18 +181,18 @@ class SpectrumToolEnv:
         if not isinstance(row_id, str) or not row_id:
             raise ValueError("the row has no row_id (the band seed is derived from it)")
         env, seed = env_for_row(row_id, {"environment_context": ctx})
-        if env.config.memory_mode not in self.MEMORY_MODES:
+        if env.config.memory.tool_set != self.TOOL_SET:
             raise ValueError(f"row {row_id!r} has memory_mode {env.config.memory_mode!r}, but {type(self).__name__} "
-                             f"serves {', '.join(self.MEMORY_MODES)}; use tool_env_class(memory_mode)")
+                             f"serves the modes with tool set {self.TOOL_SET!r}; use tool_env_class(memory_mode)")
         env.reset(seed)
         scan = row.get("scan") or 0
         if not isinstance(scan, int) or isinstance(scan, bool) or not 0 <= scan <= env.n_scans:
             raise ValueError(f"row {row_id!r}: scan must be an int in 0..{env.n_scans} (0: the whole episode)")
         reference = None
         if scan:
-            if env.config.memory_mode not in SCAN_EPISODE_MODES:
-                raise ValueError(f"row {row_id!r}: scan episodes need memory_mode {' or '.join(SCAN_EPISODE_MODES)}"
-                                 f" (got {env.config.memory_mode!r}: its memory does not travel in the scan text)")
+            if not env.config.memory.memory_in_scan_text:
+                raise ValueError(f"row {row_id!r}: scan episodes need a memory mode whose memory travels in the scan "
+                                 f"text (got {env.config.memory_mode!r})")
             history = row.get("echo_history") or "memoryless"  # rows made before the column: section 10's design
             play_prefix(env, scan - 1, history)
             ref = copy.deepcopy(env)
@@ -279,7 +283,7 @@ def judge(row: dict, message: dict | None) -> SpectrumToolEnv:
 class SpectrumNotepadToolEnv(SpectrumToolEnv):
     """Memory mode notepad: ``submit_report`` plus a notepad that persists across scans."""
 
-    MEMORY_MODES = ("notepad",)
+    TOOL_SET, NAME = "notepad", "spectrum-notepad"
 
     @_tool
     def notepad_read(self) -> str:
@@ -299,7 +303,7 @@ class SpectrumNotepadToolEnv(SpectrumToolEnv):
 class SpectrumIclNotepadToolEnv(SpectrumToolEnv):
     """Memory mode icl_notepad: ``submit_report`` also replaces the notepad shown with every scan."""
 
-    MEMORY_MODES = ("icl_notepad",)
+    TOOL_SET, NAME = "notepad_update", "spectrum-icl_notepad"
 
     @_tool
     def submit_report(self, center_freqs: list[float], notepad_update: str | None = None) -> str:
@@ -318,20 +322,18 @@ TOOL_ENV_CLASSES: tuple[type[SpectrumToolEnv], ...] = (SpectrumToolEnv, Spectrum
 
 def tool_env_class(memory_mode: str) -> type[SpectrumToolEnv]:
     """The environment class (TRL ``environment_factory``) whose tools are memory mode ``memory_mode``'s."""
-    for cls in TOOL_ENV_CLASSES:
-        if memory_mode in cls.MEMORY_MODES:
-            return cls
-    raise ValueError(f"unknown memory_mode {memory_mode!r}")
+    tool_set = get_memory_mode(memory_mode).tool_set  # a ValueError for an unknown mode
+    return next(cls for cls in TOOL_ENV_CLASSES if cls.TOOL_SET == tool_set)
 
 
 def environment_name(memory_mode: str) -> str:
     """The ``environment`` column of a row in a run that mixes tool sets (:func:`environment_factories`)."""
-    return f"spectrum-{tool_env_class(memory_mode).MEMORY_MODES[0]}"
+    return tool_env_class(memory_mode).NAME
 
 
 def environment_factories() -> dict[str, type[SpectrumToolEnv]]:
     """TRL's dict form of ``environment_factory``: one entry per tool set."""
-    return {f"spectrum-{cls.MEMORY_MODES[0]}": cls for cls in TOOL_ENV_CLASSES}
+    return {cls.NAME: cls for cls in TOOL_ENV_CLASSES}
 
 
 def tool_names(env: Any) -> set[str]:
