@@ -35,7 +35,7 @@ def test_rows_carry_the_env_config_and_unique_ids(tmp_path):
         env, seed = env_for_row(r["id"], {"environment_context": r["environment_context"]})
         assert seed == r["environment_context"]["seed"]
         env.reset(seed)
-        fps.setdefault(env.band_fingerprint(), []).append(r["id"])
+        fps.setdefault(env.metrics()["band_fingerprint"], []).append(r["id"])
     assert len(fps) == 15
     # reproducible
     out2 = tmp_path / "d2.jsonl"

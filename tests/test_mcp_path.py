@@ -93,7 +93,7 @@ def test_first_rollouts_on_a_fresh_server_are_seeded_seed_zero_included(mcp_serv
     env = SpectrumEnv(row_config(zero.input_metadata.dataset_info))
     env.reset(0)
     assert next(m for m in zero.messages if is_scan_message(m)).content == env.observation()["prompt"]
-    assert spectrum(zero)["seed"] == 0 and spectrum(zero)["band_fingerprint"] == env.band_fingerprint()
+    assert spectrum(zero)["seed"] == 0 and spectrum(zero)["band_fingerprint"] == env.metrics()["band_fingerprint"]
     for row in out:
         s = spectrum(row)
         assert len(s["per_scan_reward"]) == N_SCANS and s["scans_skipped"] == 0

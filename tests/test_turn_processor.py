@@ -535,7 +535,7 @@ def test_arbitrary_tool_calls_never_crash_the_loop(mode, messages):
         assert [m["tool_call_id"] for m in results] == [tc["id"] for tc in tcs]  # one result per call
         assert env.done or env.scan_index in (before, before + 1)  # at most one scan closes per message
         assert sum(1 for m in results if m["content"].startswith("Scan ")) <= 1
-        assert not env.turn_open  # every message ends its model turn
+        assert not env._state().turn_open  # every message ends its model turn (the env's private state)
     env.finish("test")
     m = env.metrics()
     assert len(m["per_scan_reward"]) == N_SCANS and all(0.0 <= r <= 1.0 for r in m["per_scan_reward"])

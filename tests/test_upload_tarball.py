@@ -60,7 +60,7 @@ print(json.dumps({"isolated": sys.flags.isolated, "files": {n: files[n] for n in
     "spectrum_rft", "spectrum_rft.task.environment", "test_spectrum_turn", "test_spectrum_rft", "spectrum_adapter")},
     "from_checkout": from_checkout, "entries": [callable(test_spectrum_turn.test_spectrum_turn),
     callable(test_spectrum_rft.test_spectrum_rft)], "prompts": prompts, "truth": env.truth(),
-    "fingerprint": env.band_fingerprint(), "metrics": env.metrics()}))
+    "fingerprint": env.metrics()["band_fingerprint"], "metrics": env.metrics()}))
 """.replace("@@PLAY@@", PLAY)
 
 
@@ -171,5 +171,5 @@ def test_entries_import_from_an_extracted_copy_in_a_clean_process(tarball, tmp_p
     assert len(got["prompts"]) == env.n_scans + 1 > 2 and all(got["prompts"][:-1])
     assert got["prompts"] == prompts
     assert got["truth"] == json.loads(json.dumps(env.truth()))
-    assert got["fingerprint"] == env.band_fingerprint()
+    assert got["fingerprint"] == env.metrics()["band_fingerprint"]
     assert got["metrics"] == json.loads(json.dumps(env.metrics()))

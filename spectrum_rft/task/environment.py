@@ -99,7 +99,31 @@ class _State:
 
 
 class SpectrumEnv:
-    """One rollout's environment. Not shared between rollouts (GRPO candidates each own one)."""
+    """One rollout's environment. Not shared between rollouts (GRPO candidates each own one).
+
+    **The rules of an episode** (every transport only carries them):
+
+    * **Start.** ``reset(seed)`` draws the band and every scan from ``seed`` (a dataset row's seed:
+      :func:`env_for_row`); the observation is scan 1's text. Nothing is scored yet.
+    * **Scans.** Scan k shows the peaks of the transmitters active in it (noisy, some missed, some false),
+      and what the memory mode (:mod:`spectrum_rft.task.memory`) adds: the echo of the previous report, or
+      the notepad. The model answers each scan with one ``submit_report``.
+    * **Rewards.** A scored report's reward is its score against every transmitter of the band, active or
+      dormant (the config's reward, :mod:`spectrum_rft.task.reward`), in [0, 1]; the scan closes and the
+      next one opens. The episode's score is the mean over all scans.
+    * **Refusals.** Bad input never raises and never scores: a report that does not parse, is off the band
+      or over the region cap, arguments over :data:`MAX_ARGUMENT_BYTES`, an unknown tool, a notepad tool in
+      a mode without one, a second ``submit_report`` in one model message, a call after the end: each gets
+      an error text for the model, leaves the scan open and is counted in ``metrics()["faults"]``.
+    * **Budgets.** Through :meth:`call_tool`, one model message is one turn; a turn that scores nothing
+      (refused calls, notepad calls only, or no tool call: :meth:`no_tool_call`) uses one of the scan's
+      ``max_calls_per_scan`` turns, and the last one closes the scan as an empty report (skipped, reward of
+      the empty report). :meth:`step` is one report outside any turn (a scripted loop): no budget.
+    * **End.** The episode ends after the last scan (``done``; ``terminated`` from :meth:`step`); it is
+      never truncated. A transport that stops early calls :meth:`finish`, :meth:`skip` for one scan: the
+      scans left are scored as skipped empty reports, never dropped, so every episode has ``n_scans``
+      rewards. :meth:`metrics` / :meth:`result` are the authoritative scores.
+    """
 
     def __init__(self, config: EnvConfig | None = None):
         self.config = config or EnvConfig()
@@ -249,10 +273,6 @@ class SpectrumEnv:
         s.notepad = text
         return ToolResult(f"Notepad saved ({len(text)}/{cap} characters).", ok=True)
 
-    @property
-    def turn_open(self) -> bool:
-        return self._s is not None and self._s.turn_open
-
     def _begin_turn(self) -> None:
         """A model's message is about to be executed: its tool calls form one turn (see :meth:`call_tool`)."""
         s = self._state()
@@ -295,10 +315,6 @@ class SpectrumEnv:
         """0-based index of the open scan (== n_scans once done)."""
         return self._state().scan
 
-    @property
-    def notepad(self) -> str:
-        return self._state().notepad
-
     def tools(self) -> list[dict]:
         return tool_schemas(self.config.memory_mode, self.config.preset)
 
@@ -332,7 +348,7 @@ class SpectrumEnv:
         """What the evaluator reads, on every transport: the metrics with the per-scan records."""
         return {**self.metrics(), "scan_records": self.scan_records()}
 
-    def band_fingerprint(self) -> str:
+    def _band_fingerprint(self) -> str:
         s = self._state()
         assert s is not None
         key = json.dumps([s.episode.band, [[round(c, 6), round(w, 6)] for c, w in s.episode.truth]])
@@ -354,7 +370,7 @@ class SpectrumEnv:
         m.update(
             per_scan_reward=[r.reward for r in records],
             faults=dict(s.faults),
-            band_fingerprint=self.band_fingerprint(),
+            band_fingerprint=self._band_fingerprint(),
             seed=s.seed,
             salt=self.config.salt,
             preset=self.config.preset,
