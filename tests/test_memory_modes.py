@@ -8,12 +8,10 @@ class and episode shapes) without a line of code outside ``task/``.
 from __future__ import annotations
 
 import asyncio
-import json
-from types import SimpleNamespace
 
 import pytest
 
-from spectrum_rft.baselines.policy_models import decide
+from spectrum_rft.baselines.policy_models import policy_request
 from spectrum_rft.rollouts.dataset import make_rows
 from spectrum_rft.rollouts.driver import drive
 from spectrum_rft.rollouts.episode import InProcessEpisode
@@ -37,24 +35,17 @@ def two_echo(request, monkeypatch) -> MemoryMode:
     return mode
 
 
-def _as_response(text: str, calls: list[dict]):
-    tool_calls = [SimpleNamespace(id=f"c{i}", function=SimpleNamespace(name=c["name"], arguments=c["arguments"]))
-                  for i, c in enumerate(calls)]
-    msg = SimpleNamespace(content=text, tool_calls=tool_calls or None)
-    return SimpleNamespace(choices=[SimpleNamespace(message=msg, finish_reason="tool_calls")], usage=None)
-
-
 def _play(row: dict) -> tuple[dict, list[list[dict]], list[dict]]:
     """One episode of ``row`` through the episode driver, the accumulate policy as the model; returns the
     env's result, every request's messages, and the tools the model was given."""
     sent: list[list[dict]] = []
     tools_sent: list[dict] = []
+    policy = policy_request("accumulate")
 
     async def request(messages, tools):
         sent.append(messages)
         tools_sent[:] = tools
-        text, calls = decide("accumulate", messages, tools)
-        return _as_response(text, [{"name": c["name"], "arguments": json.dumps(c["arguments"])} for c in calls])
+        return await policy(messages, tools)
 
     async def main():
         ep = InProcessEpisode(row["id"], {"environment_context": row["environment_context"]})

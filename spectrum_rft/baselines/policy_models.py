@@ -186,6 +186,19 @@ def _response(model: str, text: str, calls: list[dict]) -> ModelResponse:
     )
 
 
+def policy_request(policy_name: str, truth: list[tuple[float, float]] | None = None):
+    """The named policy as a chat completion request, ``request(messages, tools)``, in this process (no
+    litellm routing): the model of the episode driver's :class:`~spectrum_rft.rollouts.model_calls.ModelCaller`
+    for a caller that owns the env (``truth``: the oracle's, from that env)."""
+    sp.make_policy(policy_name)  # unknown names fail loudly
+
+    async def request(messages: list, tools: list | None) -> ModelResponse:
+        text, calls = decide(policy_name, messages, tools, truth=truth)
+        return _response(policy_name, text, calls)
+
+    return request
+
+
 class SpectrumPolicyLLM(CustomLLM):
     """litellm handler for ``spectrum/<policy>`` models."""
 

@@ -7,14 +7,16 @@ Scripted ``spectrum/<policy>`` models are played directly on the environment (th
 litellm model goes through the in-process rollout processor. :func:`summarize` gives per-run and mean
 available-IoU, stage means, first-10 vs last-10.
 
-Offline, set ``LITELLM_LOCAL_MODEL_COST_MAP=True`` before running (as ``scripts/test.sh`` does): litellm
-otherwise fetches its cost map at import, and the failing fetch's warning has been seen to race a lazy
-import in a background thread (``deadlock detected by _ModuleLock('litellm.rust_bridge.catalog')``).
+``spectrum-rft`` sets ``LITELLM_LOCAL_MODEL_COST_MAP=True`` unless it is set (:mod:`spectrum_rft.tools.cli`):
+litellm otherwise fetches its cost map at import, and the failing fetch's warning has been seen to race a
+lazy import in a background thread (``deadlock detected by _ModuleLock('litellm.rust_bridge.catalog')``).
+Called from Python, set it before importing litellm.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import math
 import os
@@ -22,6 +24,9 @@ import sys
 from typing import Any, Sequence
 
 from spectrum_rft.common.stats import mean_or
+from spectrum_rft.rollouts.driver import drive
+from spectrum_rft.rollouts.episode import InProcessEpisode
+from spectrum_rft.rollouts.model_calls import CallStats, ModelCaller
 from spectrum_rft.rollouts.scripted import SCRIPTED_MODEL_PREFIX
 from spectrum_rft.task.bench90 import BENCH90, N_RUNS, SCANS_PER_STAGE, STAGES, check_run
 from spectrum_rft.task.config import EnvConfig
@@ -51,8 +56,9 @@ def play_policy(policy: str, system: str, run: int, prompt: str = "weak") -> lis
     """A scripted policy played directly on the environment (no litellm, no dialogue loop); returns the
     env's per-scan records. The policy reads exactly what the model would under ``system``: the current
     scan (``stateless``), every scan so far (``icl``, no token budget), the echo (``scaffold``), or the
-    current scan with its notepad (``icl_notepad``, through :func:`spectrum_rft.baselines.policy_models.decide`).
-    The privileged oracle is handed the truth of the env played here."""
+    current scan with its notepad (``icl_notepad``: the policy answers messages, so the episode driver plays it,
+    :func:`spectrum_rft.baselines.policy_models.policy_request` as the model). The privileged oracle is handed
+    the truth of the env played here."""
     from spectrum_rft.baselines import policies as sp  # noqa: PLC0415
     from spectrum_rft.baselines.audit import run_episode  # noqa: PLC0415
 
@@ -62,19 +68,19 @@ def play_policy(policy: str, system: str, run: int, prompt: str = "weak") -> lis
     if not memory.notepad_in_scan:
         run_episode(env, policy, check_run(run), history=memory.history)
         return env.scan_records()
-    from spectrum_rft.baselines import policy_models as spectrum_models  # noqa: PLC0415  (litellm: only for this system)
+    from spectrum_rft.baselines.policy_models import policy_request  # noqa: PLC0415  (litellm: only for this system)
 
-    obs, _ = env.reset(seed=check_run(run))
-    truth = env.truth() if policy == "oracle" else None
-    system_msg = {"role": "system", "content": env.system_prompt()}
-    while not obs["done"]:
-        _, calls = spectrum_models.decide(policy, [system_msg, {"role": "user", "content": obs["prompt"]}],
-                                          env.tools(), truth=truth)
-        result = env.call_tool(calls[-1]["name"], calls[-1]["arguments"], first=True, last=True)  # one turn a scan
-        if not result.advanced:
-            raise RuntimeError(f"{policy} produced an invalid report: {result.error}")
-        obs = env.observation()
-    return env.scan_records()
+    ep = InProcessEpisode(f"bench90-run{run}", {"environment_context": {**env.config.to_dict(), "seed": check_run(run)}})
+
+    async def play() -> None:
+        opening = await ep.start()
+        model = ModelCaller(policy_request(policy, ep.env.truth() if policy == "oracle" else None), tries=1)
+        await drive(ep, opening, [{"role": "system", "content": opening.system_prompt}], model, CallStats())
+
+    asyncio.run(play())
+    if ep.env.metrics()["faults"]:
+        raise RuntimeError(f"{policy} was refused by the env: {ep.env.metrics()['faults']}")
+    return ep.env.scan_records()
 
 
 # --------------------------------------------------------------------------------------------------
