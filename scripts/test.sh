@@ -5,7 +5,7 @@ cd "$(dirname "$0")/.."
 if [ ! -x .venv/bin/python ]; then python3 -m venv .venv; fi
 . .venv/bin/activate
 python -m pip install -q --upgrade pip
-bash scripts/install.sh dev,local,train  # llama.cpp built portably (scripts/install.sh says why)
+bash scripts/install.sh dev,local,train --torch cpu  # llama.cpp built portably, the CPU torch (scripts/install.sh says why)
 export EP_NO_UPLOAD=1 LITELLM_LOCAL_MODEL_COST_MAP=True EP_DISABLE_AUTO_BROWSER=1 OPENAI_API_KEY=dummy
 unset FIREWORKS_API_KEY
 python -m pytest -q

@@ -4,7 +4,13 @@ demand, so ``spectrum-rft audit`` does not pay for torch or the Fireworks SDK)."
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+
+# litellm fetches its model cost map over the network at import unless this is set; offline the failed fetch
+# has been seen to race a lazy import in a background thread and kill the import (issue 29). The command
+# and every process it starts use the map bundled with litellm, unless the user chose otherwise.
+COST_MAP_VARIABLE = "LITELLM_LOCAL_MODEL_COST_MAP"
 
 # name -> ("module:function taking argv", one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -33,6 +39,7 @@ def usage() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    os.environ.setdefault(COST_MAP_VARIABLE, "True")  # before any subcommand imports litellm
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(usage())
         return 0
