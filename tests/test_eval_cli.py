@@ -98,7 +98,9 @@ def test_files_written_turn(turn_ladder):
             col = [c[i] for c in curves]
             m = sum(col) / 4
             assert got == pytest.approx((sum((x - m) ** 2 for x in col) / 3) ** 0.5 / 2, abs=1e-6)
-    assert (out / "pytest.log").read_text().count("passed") >= 1
+    log = (out / "pytest.log").read_text()
+    assert log.count("passed") >= 1
+    assert "localhost:8000" not in log and log.count("local UI were left out") == 1  # no link to a UI never started
 
 
 def test_mcp_path_gives_the_same_ladder(turn_ladder, offline_env, tmp_path, capsys):
@@ -404,3 +406,14 @@ def test_resume_runs_only_the_unfinished_rows(offline_env, tmp_path, capsys):
     assert se.main([*argv, "--out", str(cut), "--resume", "--overwrite"]) == 2
     assert se.main([*argv, "--out", str(cut)]) == 2
     assert "--resume to go on with it" in capsys.readouterr().err
+
+
+def test_local_ui_links_leave_the_log_and_nothing_else_does():
+    from spectrum_rft.tools.evaluation.runner import LOCAL_UI_NOTE, without_local_ui_links
+
+    bar = "=" * 80
+    block = (f"{bar}\n📊 LOCAL UI EVALUATION RESULTS\n{bar}\n📊 Invocation x:\n  📊 Aggregate scores: "
+             f"http://localhost:8000/pivot?f=1\n  📋 Trajectories: http://localhost:8000/table?f=1\n{bar}\n")
+    before, after = "1 passed\n\n", "\n==== warnings summary ====\nhttps://docs.pytest.org\n"
+    assert without_local_ui_links(before + block + after) == before + LOCAL_UI_NOTE + after
+    assert without_local_ui_links(before + after) == before + after  # a log without the block is untouched

@@ -28,6 +28,18 @@ from spectrum_rft.tools.evaluation.specs import POLICY_PREFIX, ModelSpec
 OFFLINE_ENV = {"EP_NO_UPLOAD": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "EP_DISABLE_AUTO_BROWSER": "1"}
 PLUGIN = "spectrum_rft.tools.evaluation.plugin"  # the child's pytest plugin (-p)
 # eval-protocol's rollout bar: "  Run 1:  50%|█████     | 8/16 [00:01<00:01, 7.9rollout/s]"
+# eval-protocol's plugin ends a session with links to a local UI server (``ep logs``) that an evaluation here
+# never starts: in pytest.log they would point nowhere, so the block becomes one line that says so.
+_LOCAL_UI_BLOCK = re.compile(r"={20,}\n[^\n]*LOCAL UI EVALUATION RESULTS\n={20,}\n.*?={20,}\n", re.S)
+LOCAL_UI_NOTE = ("(eval-protocol's links to its local UI were left out: spectrum-rft eval starts no UI server; "
+                 "the rows are in rows.jsonl beside this log)\n")
+
+
+def without_local_ui_links(log: str) -> str:
+    """The child's output with eval-protocol's local-UI link block replaced by :data:`LOCAL_UI_NOTE`."""
+    return _LOCAL_UI_BLOCK.sub(lambda _: LOCAL_UI_NOTE, log)
+
+
 _TQDM_RUN = re.compile(r"Run \d+:\s*\d+%\|[^|\r\n]*\|\s*(\d+)/(\d+)")
 
 
@@ -221,7 +233,7 @@ def run_models(path: str, specs: Sequence[ModelSpec], dataset: Path, rows: int, 
             with _sigint_ignored():  # a second Ctrl-C must not leave the group running
                 stop_process_group(proc)
                 reader.join(timeout=5)
-                log_path.write_text("".join(chunks))
+                log_path.write_text(without_local_ui_links("".join(chunks)))
         result = collect_rows(out_dir, stream)
     output = "".join(chunks)
     if not result and stopped is None:
