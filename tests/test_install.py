@@ -76,9 +76,9 @@ def test_the_command_uses_litellms_bundled_cost_map_unless_told_otherwise(preset
     env = {k: v for k, v in os.environ.items() if k != "LITELLM_LOCAL_MODEL_COST_MAP"}
     if preset is not None:
         env["LITELLM_LOCAL_MODEL_COST_MAP"] = preset
-    code = ("import os, subprocess, sys; from spectrum_rft.tools import cli; assert cli.main(['nosuch']) == 2; "
-            "print(subprocess.run([sys.executable, '-c', 'import os; print(os.environ[\"LITELLM_LOCAL_MODEL_COST_MAP\"])'],"
-            " capture_output=True, text=True).stdout.strip())")
+    child = "import os; print(os.environ['LITELLM_LOCAL_MODEL_COST_MAP'])"  # what a process it starts sees
+    code = ("import subprocess, sys; from spectrum_rft.tools import cli; assert cli.main(['nosuch']) == 2; "
+            f"print(subprocess.run([sys.executable, '-c', {child!r}], capture_output=True, text=True).stdout.strip())")
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == (preset or "True")

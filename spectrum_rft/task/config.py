@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from spectrum_rft.task.memory import MEMORY_MODES, MemoryMode, memory_mode
+from spectrum_rft.task.memory import MEMORY_MODES, MemoryMode
+from spectrum_rft.task.memory import memory_mode as get_memory_mode
 from spectrum_rft.task.presets import resolve_preset
 from spectrum_rft.task.reward import resolve_reward
 
@@ -35,7 +36,7 @@ class EnvConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "preset", resolve_preset(self.preset))
         object.__setattr__(self, "reward", resolve_reward(self.reward))
-        memory_mode(self.memory_mode)  # a ValueError naming the modes
+        get_memory_mode(self.memory_mode)  # a ValueError naming the modes
         if self.prompt not in PROMPT_VARIANTS:
             raise ValueError(f"unknown prompt {self.prompt!r}; choose one of {', '.join(PROMPT_VARIANTS)}")
         if self.max_calls_per_scan < 1:
@@ -44,7 +45,7 @@ class EnvConfig:
     @property
     def memory(self) -> MemoryMode:
         """The memory mode itself (:mod:`spectrum_rft.task.memory`)."""
-        return memory_mode(self.memory_mode)
+        return get_memory_mode(self.memory_mode)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> "EnvConfig":

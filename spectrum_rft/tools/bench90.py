@@ -70,7 +70,8 @@ def play_policy(policy: str, system: str, run: int, prompt: str = "weak") -> lis
         return env.scan_records()
     from spectrum_rft.baselines.policy_models import policy_request  # noqa: PLC0415  (litellm: only for this system)
 
-    ep = InProcessEpisode(f"bench90-run{run}", {"environment_context": {**env.config.to_dict(), "seed": check_run(run)}})
+    context = {**env.config.to_dict(), "seed": check_run(run)}
+    ep = InProcessEpisode(f"bench90-run{run}", {"environment_context": context})
 
     async def play() -> None:
         opening = await ep.start()

@@ -27,7 +27,6 @@ from spectrum_rft.tools.evaluation.specs import POLICY_PREFIX, ModelSpec
 
 OFFLINE_ENV = {"EP_NO_UPLOAD": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "EP_DISABLE_AUTO_BROWSER": "1"}
 PLUGIN = "spectrum_rft.tools.evaluation.plugin"  # the child's pytest plugin (-p)
-# eval-protocol's rollout bar: "  Run 1:  50%|█████     | 8/16 [00:01<00:01, 7.9rollout/s]"
 # eval-protocol's plugin ends a session with links to a local UI server (``ep logs``) that an evaluation here
 # never starts: in pytest.log they would point nowhere, so the block becomes one line that says so.
 _LOCAL_UI_BLOCK = re.compile(r"={20,}\n[^\n]*LOCAL UI EVALUATION RESULTS\n={20,}\n.*?={20,}\n", re.S)
@@ -40,6 +39,7 @@ def without_local_ui_links(log: str) -> str:
     return _LOCAL_UI_BLOCK.sub(lambda _: LOCAL_UI_NOTE, log)
 
 
+# eval-protocol's rollout bar: "  Run 1:  50%|█████     | 8/16 [00:01<00:01, 7.9rollout/s]"
 _TQDM_RUN = re.compile(r"Run \d+:\s*\d+%\|[^|\r\n]*\|\s*(\d+)/(\d+)")
 
 
