@@ -1,0 +1,344 @@
+"""The OpenEnv environment through OpenEnv's real server (uvicorn, a subprocess, HTTP + WebSocket) and its real
+clients: rows, tools, refusals, concurrent sessions, and parity with ``spectrum-rft eval``.
+
+Runs in the OpenEnv venv (``scripts/test_openenv.sh``); skipped where openenv is not installed. The parity
+tests also need the main venv (eval-protocol, litellm) for the loopback model and for ``spectrum-rft eval``:
+its python is ``$SPECTRUM_MAIN_PYTHON`` (the script sets it); without it they skip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("openenv.core")
+
+from openenv.core.mcp_client import MCPToolClient  # noqa: E402
+
+from spectrum_openenv import OpenEnvEpisode, SpectrumAction, SpectrumEnvClient, SpectrumToolEnv, play  # noqa: E402
+from spectrum_openenv.client import openai_request  # noqa: E402
+from spectrum_rft.rollouts.dataset import make_rows  # noqa: E402
+from spectrum_rft.task.environment import env_for_row  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server():
+    """OpenEnv's server for the spectrum env (``uvicorn spectrum_openenv.server:app``) on 127.0.0.1. Yields
+    its base URL."""
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "spectrum_openenv.server:app", "--host", "127.0.0.1",
+                             "--port", str(port), "--log-level", "warning"], cwd=REPO)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, "the OpenEnv server exited"
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the OpenEnv server did not listen within 60 s")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _row(i: int = 0, **kw) -> tuple[str, dict]:
+    r = make_rows(i + 1, prefix="eval", **kw)[i]
+    return r["id"], {"environment_context": r["environment_context"]}
+
+
+def _run(coro):
+    return asyncio.run(coro)
+
+
+# ---- one session: the row's episode, its tools, its refusals ----------------------------------------
+
+
+def test_reset_is_the_rows_episode(server):
+    row_id, info = _row(1, memory_mode="notepad")
+    env, seed = env_for_row(row_id, info)
+    obs0, _ = env.reset(seed)
+
+    async def go():
+        async with SpectrumEnvClient(base_url=server) as client:
+            return (await client.reset(row_id=row_id, dataset_info=info)).observation, await client.state()
+
+    obs, state = _run(go())
+    assert obs.row_id == row_id and obs.seed == seed and state.seed == seed
+    assert obs.prompt == obs0["prompt"] and obs.scan == 0 and obs.n_scans == env.n_scans and not obs.done
+    assert obs.system_prompt == env.system_prompt() and obs.tool_schemas == env.tools()
+    assert obs.memory_mode == "notepad" and obs.reward is None
+    assert state.band_fingerprint == env.metrics()["band_fingerprint"] and state.step_count == 0
+
+
+def test_bad_input_is_one_line_and_the_session_goes_on(server):
+    row_id, info = _row(0)
+
+    async def go():
+        async with SpectrumEnvClient(base_url=server) as client:
+            errors = []
+            for kwargs in ({}, {"row_id": row_id, "seed": 3}, {"row_id": row_id, "colour": "red"},
+                           {"row_id": row_id, "dataset_info": "x"}):
+                with pytest.raises(Exception) as e:
+                    await client.reset(**kwargs)
+                errors.append(str(e.value))
+            with pytest.raises(Exception) as e:  # a step before any reset
+                await client.step(SpectrumAction(tool="submit_report", arguments="{}"))
+            errors.append(str(e.value))
+            await client.reset(row_id=row_id, dataset_info=info)  # the session still works
+            steps = [await client.step(SpectrumAction(tool=t, arguments=a, first=True, last=True))
+                     for t, a in (("submit_report", "{not json"), ("scan_again", '{"band": "all"}'),
+                                  ("submit_report", '{"center_freqs": "everywhere"}'))]
+            return errors, steps, await client.state()
+
+    errors, steps, state = _run(go())
+    assert all("\n" not in e for e in errors), errors
+    assert "reset needs row_id" in errors[0] and "reset(seed=...) is not used" in errors[1]
+    assert "got colour" in errors[2] and "dataset_info must be an object" in errors[3]
+    assert "call reset(row_id=...) first" in errors[4]
+    assert [s.observation.ok for s in steps] == [False, False, False]
+    assert "not valid JSON" in steps[0].observation.text
+    assert steps[1].observation.text.startswith("Error: unknown tool: scan_again")
+    assert all(s.reward == 0.0 and not s.done for s in steps)
+    assert state.faults == {"invalid_report": 2, "unknown_tool": 1}
+    assert state.scan == 0 and state.step_count == 3
+
+
+def test_tools_on_mcp_are_the_rows(server):
+    """OpenEnv's own MCP client (production mode: tools/list and tools/call on ``/mcp``): the session lists
+    the row's tools with the env's schemas, and a call goes to the env as sent (the env refuses bad input)."""
+
+    async def go(memory_mode):
+        row_id, info = _row(0, memory_mode=memory_mode)
+        async with MCPToolClient(base_url=server) as client:
+            await client.reset(row_id=row_id, dataset_info=info)
+            tools = await client.list_tools(use_cache=False)
+            good = await client.call_tool("submit_report", center_freqs=[100.0, 250.0])
+            bad = await client.call_tool("submit_report", center_freqs="everywhere")
+            return row_id, info, tools, good, bad
+
+    for mode in ("scaffold", "notepad"):
+        row_id, info, tools, good, bad = _run(go(mode))
+        env, seed = env_for_row(row_id, info)
+        env.reset(seed)
+        want = {t["function"]["name"]: t["function"]["parameters"] for t in env.tools()}
+        assert {t.name: t.input_schema for t in tools} == want
+        r = env.call_tool("submit_report", {"center_freqs": [100.0, 250.0]}, first=True, last=True)
+        assert good["ok"] and good["advanced"] and good["scan"] == 1 and good["scan_reward"] == r.reward
+        assert not bad["ok"] and bad["error"].startswith("center_freqs must be a list")
+
+
+def test_tool_env_for_trl(server):
+    """The TRL-shaped env (``environment_factory``): reset gives scan 1, each tool call the env's answer (and
+    the next scan), get_reward the env's score."""
+    row_id, info = _row(0)
+    env, seed = env_for_row(row_id, info)
+    obs0, _ = env.reset(seed)
+    tool_env = SpectrumToolEnv(server)
+    try:
+        assert tool_env.reset(row_id=row_id, environment_context=info["environment_context"], prompt="x") \
+            == obs0["prompt"]
+        assert "notepad_read is not available" in tool_env.notepad_read()  # scaffold: no notepad
+        env.call_tool("notepad_read", {}, first=True, last=True)
+        texts = []
+        while not env.done:
+            texts.append(tool_env.submit_report(center_freqs=[100.0, 300.0]))
+            env.call_tool("submit_report", {"center_freqs": [100.0, 300.0]}, first=True, last=True)
+        assert texts[0].startswith("Scan 1 recorded.") and "Scan 2/" in texts[0] and "Scan 2/" not in texts[-1]
+        assert tool_env.get_reward() == env.metrics()["score"]
+    finally:
+        tool_env._close()
+
+
+# ---- many sessions of one row at once --------------------------------------------------------------------
+
+
+def test_32_concurrent_sessions_of_one_row(server):
+    """32 sessions of one row, stepped in lockstep so their messages interleave on the server, each with its
+    own reports and notepad: every session faces the row's band, reads back only its own notepad, and gets
+    exactly the rewards an in-process env gives its own actions."""
+    n = 32
+    row_id, info = _row(3, memory_mode="notepad")
+    ref, seed = env_for_row(row_id, info)
+    obs0, _ = ref.reset(seed)
+    n_scans = ref.n_scans
+
+    def report(i: int, k: int) -> list[float]:
+        return [float((37 * i + 11 * k) % 700 + 5), float((53 * i + 7 * k) % 700 + 9)][: 1 + i % 2]
+
+    async def go():
+        clients = [SpectrumEnvClient(base_url=server) for _ in range(n)]
+        await asyncio.gather(*(c.connect() for c in clients))
+        try:
+            opened = await asyncio.gather(*(c.reset(row_id=row_id, dataset_info=info) for c in clients))
+            notes: list[list[str]] = [[] for _ in range(n)]
+            rewards: list[list[float]] = [[] for _ in range(n)]
+            for k in range(n_scans):
+                await asyncio.gather(*(c.step(SpectrumAction(tool="notepad_write", arguments=json.dumps(
+                    {"text": f"session {i} scan {k}"}), first=True, last=False)) for i, c in enumerate(clients)))
+                read = await asyncio.gather(*(c.step(SpectrumAction(tool="notepad_read", arguments="{}", first=False,
+                                                                     last=False)) for c in clients))
+                for i, r in enumerate(read):
+                    notes[i].append(r.observation.text)
+                done = await asyncio.gather(*(c.step(SpectrumAction(tool="submit_report", arguments=json.dumps(
+                    {"center_freqs": report(i, k)}), first=False, last=True)) for i, c in enumerate(clients)))
+                for i, r in enumerate(done):
+                    rewards[i].append(r.observation.scan_reward)
+            states = await asyncio.gather(*(c.state() for c in clients))
+            return opened, notes, rewards, states
+        finally:
+            await asyncio.gather(*(c.close() for c in clients))
+
+    opened, notes, rewards, states = _run(go())
+    fingerprint = ref.metrics()["band_fingerprint"]
+    assert {o.observation.prompt for o in opened} == {obs0["prompt"]}
+    assert {s.band_fingerprint for s in states} == {fingerprint} and {s.seed for s in states} == {seed}
+    for i in range(n):
+        assert notes[i] == [f"session {i} scan {k}" for k in range(n_scans)], i
+        env, _ = env_for_row(row_id, info)
+        env.reset(seed)
+        for k in range(n_scans):
+            env.call_tool("notepad_write", {"text": f"session {i} scan {k}"}, first=True, last=False)
+            env.call_tool("notepad_read", {}, first=False, last=False)
+            env.call_tool("submit_report", {"center_freqs": report(i, k)}, first=False, last=True)
+        m = env.metrics()
+        assert rewards[i] == m["per_scan_reward"] and states[i].score == m["score"], i
+        assert states[i].done and states[i].step_count == 3 * n_scans and states[i].faults == {}
+    assert len({tuple(r) for r in rewards}) > 1  # the sessions' own actions, not one shared episode
+
+
+# ---- parity with `spectrum-rft eval`: the loopback model through OpenEnv and through the evaluator -----
+
+
+def _main_python() -> str:
+    py = os.environ.get("SPECTRUM_MAIN_PYTHON")
+    if not py:
+        pytest.skip("SPECTRUM_MAIN_PYTHON (the main venv's python, for the loopback model and spectrum-rft eval) "
+                    "is not set")
+    assert Path(py).exists(), py
+    return py
+
+
+@pytest.fixture(params=["accumulate", "junk", "faults", "dead"])
+def loopback(request):
+    """The loopback model over HTTP (``tests/loopback_llm.py``, main venv): the accumulate policy; the junk
+    model (a junk report, an unknown tool and a text-only reply on every scan); a flaky host (HTTP 500s on
+    scan 3, empty replies on scan 5); a dead one. Yields (base URL, kind)."""
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    args = [_main_python(), str(REPO / "tests" / "loopback_llm.py"), "--port", "0", "--policy", "accumulate"]
+    extra = {"accumulate": [], "junk": ["--junk"], "faults": ["--faults"], "dead": ["--dead"]}[request.param]
+    proc = subprocess.Popen(args + extra, stdout=subprocess.PIPE, text=True, env=env, cwd=REPO)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("PORT "), line
+        yield f"http://127.0.0.1:{int(line.split()[1])}/v1", request.param
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+async def _play_openenv(server: str, url: str, rows: list[tuple[str, dict]], rollouts: int):
+    """Every row ``rollouts`` times at once, each rollout in its own OpenEnv session, driven by the
+    project's episode driver against the model at ``url``."""
+    import openai
+
+    model = openai.AsyncOpenAI(base_url=url, api_key="dummy", max_retries=0, timeout=60)
+
+    async def one(row_id, info):
+        async with SpectrumEnvClient(base_url=server) as client:
+            episode = OpenEnvEpisode(client, row_id, info)
+            played = await play(episode, openai_request(model, "loopback"), endpoint=f"{url} (model loopback)")
+            return row_id, played, episode.rewards
+
+    try:
+        return await asyncio.gather(*(one(r, i) for r, i in rows for _ in range(rollouts)))
+    finally:
+        await model.close()
+
+
+def test_openenv_matches_spectrum_rft_eval(server, loopback, tmp_path):
+    """The same model through OpenEnv (server + client + the episode driver) and through ``spectrum-rft eval``:
+    the same bands, per-scan rewards, scores, faults, failure causes and transcripts; a model that never
+    answers is an error on both; OpenEnv's rewards add up to the score."""
+    url, kind = loopback
+    n_rows = 2
+    rows = [_row(i) for i in range(n_rows)]
+    env = {**os.environ, "OPENAI_API_KEY": "dummy", "EP_NO_UPLOAD": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+           "EP_DISABLE_AUTO_BROWSER": "1"}
+    env.pop("FIREWORKS_API_KEY", None)
+    ep_out = tmp_path / "ep"
+    evaluator = subprocess.Popen([_main_python(), "-m", "spectrum_rft", "eval", "--model", "openai/loopback",
+                                  "--api-base", url, "--rows", str(n_rows), "--out", str(ep_out), "--json",
+                                  "--no-progress"], env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True)
+    try:  # the evaluator starts (imports) while OpenEnv plays
+        played = _run(_play_openenv(server, url, rows, rollouts=2))
+        out, err = evaluator.communicate(timeout=300)
+    finally:
+        if evaluator.poll() is None:
+            evaluator.kill()
+            evaluator.wait()
+    dead = kind == "dead"
+    assert evaluator.returncode == (1 if dead else 0), out[-3000:] + err[-3000:]
+    ep_rows = {}
+    for line in (ep_out / "rows.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        ep_rows[r["input_metadata"]["row_id"]] = r
+    assert set(ep_rows) == {r for r, _ in rows}
+
+    assert len(played) == 2 * n_rows
+    for row_id, p, rewards in played:
+        row = ep_rows[row_id]
+        mine, theirs = p.result, row["execution_metadata"]["extra"]["spectrum"]
+        assert mine["band_fingerprint"] == theirs["band_fingerprint"]
+        assert mine["per_scan_reward"] == theirs["per_scan_reward"]
+        assert mine["score"] == theirs["score"]
+        assert mine["faults"] == theirs["faults"]
+        assert sum(rewards) == pytest.approx(mine["score"], abs=1e-12)
+        failure = p.failure
+        their_failure = row["execution_metadata"]["extra"]["spectrum_rollout"].get("model_failure")
+        assert (failure or {}).get("cause") == (their_failure or {}).get("cause")
+        assert (failure is not None) == dead and (p.error is not None) == dead
+        if dead:
+            assert failure["cause"] == "http 5xx" and failure["requests"] == their_failure["requests"]
+            assert p.error.startswith("model never produced a usable reply: http 5xx")
+            assert mine["scans_skipped"] == mine["n_scans"]
+            continue
+        assert row["evaluation_result"]["score"] == mine["score"]
+        # what the model was sent and answered: the evaluator's row and the driver's transcript, message by message
+        assert [(m["role"], m.get("content") or "") for m in p.transcript] == \
+            [(m["role"], m.get("content") or "") for m in row["messages"]]
+    results = [p.result for _, p, _ in played]
+    if kind == "accumulate":
+        assert all(r["score"] > 0.3 and r["faults"] == {} for r in results)
+    elif kind == "junk":  # every refusal reached the env, and the call budget closed the even scans
+        for r in results:
+            assert r["scans_skipped"] == r["n_scans"] // 2
+            assert r["faults"]["unknown_tool"] == r["n_scans"] and r["faults"]["invalid_report"] >= r["n_scans"]
+        texts = [m["content"] for m in played[0][1].transcript if m["role"] == "tool"]
+        assert any(t.startswith("Error: unknown tool: scan_again") for t in texts)
+        assert any(m["role"] == "user" and m["content"].startswith("No tool call received")
+                   for m in played[0][1].transcript)
+    elif kind == "faults":  # scans 3 and 5 failed on every try (4) and were skipped; the rest were played
+        for _, p, _ in played:
+            f = p.result["faults"]
+            assert p.result["scans_skipped"] == 2 and f["llm_5xx"] == 4 and f["llm_empty_choices"] == 4
+            assert f["llm_gave_up"] == 2 and p.stats.model_calls == p.result["n_scans"] - 2
