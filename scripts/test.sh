@@ -13,3 +13,5 @@ python -m pytest -q
 bash scripts/test_cloud_versions.sh
 # the verifiers environment (vf-eval, parity with the evaluator) in a venv of its own (verifiers needs mcp 2.x)
 bash scripts/test_verifiers.sh
+# the OpenEnv environment (its real server and client, parity with the evaluator) in a venv of its own
+bash scripts/test_openenv.sh
