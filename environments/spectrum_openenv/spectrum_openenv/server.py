@@ -134,7 +134,9 @@ class SpectrumEnvironment(MCPEnvironment):
 
     def _list_tools(self, env: SpectrumEnv) -> None:
         """The session's MCP server lists exactly this row's tools (the mode's set, the preset's schemas)."""
-        server = self._require_mcp_server()
+        server = self.mcp_server  # MCPEnvironment's FastMCP server of this session
+        if server is None:
+            raise ValueError("the environment is closed")
         for name in self._listed:
             server.local_provider.remove_tool(name)
         self._listed = []
