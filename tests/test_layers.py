@@ -301,6 +301,7 @@ def test_statistics_come_from_common_stats(tmp_path):
 # spectrum_rft.task.window.window) and hands its tool calls to an env. The verifiers harness (its own package)
 # is held to the same rule.
 HARNESS = ROOT / "environments" / "spectrum_memory" / "spectrum_memory"
+OPENENV = ROOT / "environments" / "spectrum_openenv" / "spectrum_openenv"  # the OpenEnv transport
 
 
 def _model_loops(files: dict[str, Path]) -> list[str]:
@@ -314,7 +315,9 @@ def _model_loops(files: dict[str, Path]) -> list[str]:
 
 
 def test_one_model_loop(tmp_path):
-    files = {**MODULES, **{f"spectrum_memory.{p.stem}": p for p in HARNESS.glob("*.py")}}
+    files = {**MODULES, **{f"spectrum_memory.{p.stem}": p for p in HARNESS.glob("*.py")},
+             **{f"spectrum_openenv.{p.stem}": p for p in OPENENV.glob("*.py")}}
+    assert any(name.startswith("spectrum_openenv.") for name in files)
     loops = _model_loops(files)
     assert [x.split(":")[0] for x in loops] == ["spectrum_rft.rollouts.driver"], loops
     probe = tmp_path / "second_loop.py"

@@ -11,9 +11,11 @@ In the shape of verifiers' ``MultiTurnEnv.rollout``::
         no tool call -> episode.no_tool_call()           # the env counts it and says what to tell the model
 
 :func:`drive` is that loop, written once: the evaluator's rollout processor (both transports,
-:mod:`spectrum_rft.rollouts.loop`) and the verifiers harness (``environments/spectrum_memory``) call it with
-their episode (:mod:`spectrum_rft.rollouts.episode`) and their model (:class:`ModelCaller` around litellm or
-an OpenAI client: retries and failure causes, :mod:`spectrum_rft.rollouts.model_calls`). The rules it keeps
+:mod:`spectrum_rft.rollouts.loop`) calls it with its episode (:mod:`spectrum_rft.rollouts.episode`) and its
+model (:class:`ModelCaller` around litellm: retries and failure causes, :mod:`spectrum_rft.rollouts.model_calls`);
+:func:`play` is a whole rollout around it for a transport outside eval-protocol (the verifiers harness in
+``environments/spectrum_memory``, the OpenEnv client in ``environments/spectrum_openenv``): the episode, an
+OpenAI-shaped ``request``, and what the evaluator records of a model that never answered. The rules it keeps
 (where scans arrive, what a reply without tool calls gets, a scan whose model call failed on every try, a
 model that never answered, the loop guard) are in :mod:`spectrum_rft.rollouts.loop`'s docstring.
 Imports neither litellm nor eval-protocol.
@@ -22,10 +24,13 @@ Imports neither litellm nor eval-protocol.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
 
+from spectrum_rft.rollouts.dataset import FIRST_USER_MESSAGE
 from spectrum_rft.rollouts.episode import Episode, Opening
-from spectrum_rft.rollouts.model_calls import CallStats, ModelCaller
+from spectrum_rft.rollouts.model_calls import (CallStats, ModelCaller, RolloutConfigError, model_failure,
+                                               model_failure_message)
 from spectrum_rft.task.memory import memory_mode
 from spectrum_rft.task.window import window
 
@@ -117,3 +122,43 @@ async def drive(ep: Episode, opening: Opening, transcript: list[dict], model: Mo
             nudge = await ep.no_tool_call()
             if nudge:
                 transcript.append({"role": "user", "content": nudge})
+
+
+@dataclass
+class Played:
+    """What :func:`play` leaves: the env's record, the call statistics, the record of a model that never
+    answered (:func:`~spectrum_rft.rollouts.model_calls.model_failure`, else None), the error that ends the
+    rollout as one (None when it finished as a rollout, whatever it scored), and the transcript."""
+
+    result: dict
+    stats: CallStats
+    failure: dict | None
+    error: str | None
+    transcript: list[dict]
+
+
+async def play(episode: Episode, request: Callable[[list[dict], list[dict]], Awaitable[Any]], *,
+               transcript: list[dict] | None = None, tries: int = 4, backoff_base: float = 1.0,
+               backoff_max: float = 16.0, endpoint: str = "the model") -> Played:
+    """Play ``episode`` to its end through :func:`drive`. ``request(messages, tools)`` is one chat completion
+    request (an OpenAI-shaped response), retried and classified by :class:`ModelCaller`. ``transcript``: the
+    opening messages (None: the opening's system prompt and :data:`~spectrum_rft.rollouts.dataset.FIRST_USER_MESSAGE`,
+    as a dataset row opens); it receives the rest. A request the endpoint refuses outright, or a model that never
+    answered, ends the rollout as an error (``error``, the evaluator's one-line message); every unplayed scan is
+    closed as skipped, with the evaluator's reasons."""
+    opening = await episode.start()
+    if transcript is None:
+        transcript = [{"role": "system", "content": opening.system_prompt},
+                      {"role": "user", "content": FIRST_USER_MESSAGE}]
+    stats = CallStats()
+    model = ModelCaller(request, tries=tries, backoff_base=backoff_base, backoff_max=backoff_max)
+    error, failure = None, None
+    try:
+        await drive(episode, opening, transcript, model, stats)
+    except RolloutConfigError as e:
+        error = str(e)
+    if stats.never_answered:
+        failure = model_failure(stats.cause, stats.llm_requests, stats.detail)
+        error = model_failure_message(failure, endpoint)
+    result = await episode.finish("llm_failure" if failure else "rollout_error")  # as the evaluator
+    return Played(result, stats, failure, error, transcript)

@@ -23,16 +23,11 @@ evaluator's, written once:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
-
 import openai
 import verifiers.v1 as vf
 
-from spectrum_rft.rollouts.driver import drive
+from spectrum_rft.rollouts.driver import play
 from spectrum_rft.rollouts.episode import InProcessEpisode
-from spectrum_rft.rollouts.model_calls import (CallStats, ModelCaller, RolloutConfigError, model_failure,
-                                               model_failure_message)
 from spectrum_memory.taskset import INFO_KEY
 
 
@@ -44,39 +39,6 @@ class SpectrumHarnessConfig(vf.HarnessConfig):
     backoff_base: float = 1.0
     """Backoff before retry i: uniform in [0, min(backoff_max, backoff_base * 2**(i-1))] seconds."""
     backoff_max: float = 16.0
-
-
-@dataclass
-class Played:
-    """What :func:`play` leaves: the env's record, the call statistics, the record of a model that never
-    answered (:func:`~spectrum_rft.rollouts.model_calls.model_failure`, else None) and the error that ends
-    the rollout as one (None when the rollout finished as a rollout, whatever it scored)."""
-
-    result: dict
-    stats: CallStats
-    failure: dict | None
-    error: str | None
-
-
-async def play(episode: InProcessEpisode, transcript: list[dict],
-               request: Callable[[list[dict], list[dict]], Awaitable[Any]], *, tries: int = 4,
-               backoff_base: float = 1.0, backoff_max: float = 16.0, endpoint: str = "the model") -> Played:
-    """Play ``episode`` to its end through the episode driver. ``request(messages, tools)`` is one chat
-    completion request (an OpenAI-shaped response); ``transcript`` holds the opening messages and receives
-    the rest."""
-    opening = await episode.start()
-    stats = CallStats()
-    model = ModelCaller(request, tries=tries, backoff_base=backoff_base, backoff_max=backoff_max)
-    error, failure = None, None
-    try:
-        await drive(episode, opening, transcript, model, stats)
-    except RolloutConfigError as e:
-        error = str(e)
-    if stats.never_answered:
-        failure = model_failure(stats.cause, stats.llm_requests, stats.detail)
-        error = model_failure_message(failure, endpoint)
-    result = await episode.finish("llm_failure" if failure else "rollout_error")  # as the evaluator
-    return Played(result, stats, failure, error)
 
 
 class SpectrumHarness(vf.Harness[SpectrumHarnessConfig]):
@@ -99,7 +61,7 @@ class SpectrumHarness(vf.Harness[SpectrumHarnessConfig]):
             return await client.chat.completions.create(model=ctx.model, messages=messages, tools=tools)
 
         try:
-            played = await play(episode, transcript, request, tries=self.config.llm_tries,
+            played = await play(episode, request, transcript=transcript, tries=self.config.llm_tries,
                                 backoff_base=self.config.backoff_base, backoff_max=self.config.backoff_max,
                                 endpoint=f"{endpoint} (model {ctx.model})")
         finally:

@@ -22,7 +22,7 @@ vf = pytest.importorskip("verifiers.v1")
 from openai.types.chat import ChatCompletionMessage  # noqa: E402
 
 from spectrum_memory import SpectrumTaskset, SpectrumTasksetConfig, load_environment  # noqa: E402
-from spectrum_memory.harness import play  # noqa: E402
+from spectrum_rft.rollouts.driver import play  # noqa: E402
 from spectrum_rft.rollouts.episode import InProcessEpisode  # noqa: E402
 from spectrum_rft.rollouts.dataset import make_rows  # noqa: E402
 from spectrum_rft.task.scan_format import is_scan_text  # noqa: E402
@@ -74,7 +74,7 @@ def _episode(memory_mode: str, answer, **ctx):
     episode = InProcessEpisode(task.data.id, {"environment_context": {**task.data.environment_context, **ctx}})
     model = Scripted(answer)
     transcript = [{"role": "system", "content": task.data.system_prompt}, {"role": "user", "content": task.data.prompt}]
-    played = asyncio.run(play(episode, transcript, model, tries=1))  # one try: every reply reaches the env
+    played = asyncio.run(play(episode, model, transcript=transcript, tries=1))  # one try: every reply reaches the env
     return episode.env, model, played.stats.model_calls, played.error
 
 
@@ -121,8 +121,8 @@ def test_a_model_that_never_answers_is_an_error_with_its_cause():
 
     task = _tasks(rows=1, salt="w")[0]
     episode = InProcessEpisode(task.data.id, {"environment_context": task.data.environment_context})
-    played = asyncio.run(play(episode, [{"role": "system", "content": "s"}], fail, tries=2, backoff_base=0.001,
-                              backoff_max=0.002, endpoint="http://127.0.0.1:9/v1"))
+    played = asyncio.run(play(episode, fail, transcript=[{"role": "system", "content": "s"}], tries=2,
+                              backoff_base=0.001, backoff_max=0.002, endpoint="http://127.0.0.1:9/v1"))
     assert played.stats.model_calls == 0 and played.stats.llm_requests == 2 and played.stats.cause == "error"
     assert played.error.startswith("model never produced a usable reply: error (2 requests to http://127.0.0.1:9/v1)")
     env = episode.env
@@ -146,8 +146,8 @@ def test_a_failed_scan_is_skipped_and_the_rollout_goes_on():
 
     task = _tasks(rows=1, salt="w")[0]
     episode = InProcessEpisode(task.data.id, {"environment_context": task.data.environment_context})
-    played = asyncio.run(play(episode, [{"role": "system", "content": "s"}], flaky, tries=2, backoff_base=0.001,
-                              backoff_max=0.002))
+    played = asyncio.run(play(episode, flaky, transcript=[{"role": "system", "content": "s"}], tries=2,
+                              backoff_base=0.001, backoff_max=0.002))
     m = episode.env.metrics()
     assert played.error is None and played.stats.model_calls == episode.env.n_scans - 1
     assert m["scans_skipped"] == 1 and m["faults"]["llm_5xx"] == 2 and m["faults"]["llm_gave_up"] == 1

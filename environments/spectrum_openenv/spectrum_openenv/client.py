@@ -5,28 +5,27 @@
 * :class:`OpenEnvEpisode` is that session as the project's episode driver reaches an env
   (:class:`spectrum_rft.rollouts.episode.Episode`): it carries each tool call, as the model wrote it, in one
   ``step`` and hands back the env's verdict; scans arrive as user messages (as on the in-process path).
-* :func:`play` plays one rollout against an OpenAI-compatible model with
-  :func:`spectrum_rft.rollouts.driver.drive` (the loop ``spectrum-rft eval`` and the verifiers harness run)
-  and :class:`~spectrum_rft.rollouts.model_calls.ModelCaller` (the evaluator's retries and failure causes).
+* :func:`spectrum_rft.rollouts.driver.play` (re-exported here) plays one rollout of an :class:`OpenEnvEpisode`
+  against an OpenAI-compatible model through :func:`~spectrum_rft.rollouts.driver.drive` (the loop
+  ``spectrum-rft eval`` and the verifiers harness run) and :class:`~spectrum_rft.rollouts.model_calls.ModelCaller`
+  (the evaluator's retries and failure causes); :func:`openai_request` makes its ``request``.
 * :class:`SpectrumToolEnv` is the shape TRL's ``GRPOTrainer(environment_factory=...)`` asks for: ``reset``,
   the row's tools as methods, ``get_reward``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 from openenv.core.client_types import StepResult
 from openenv.core.env_client import EnvClient
 
 from spectrum_openenv.models import SpectrumAction, SpectrumObservation, SpectrumState
-from spectrum_rft.rollouts.dataset import FIRST_USER_MESSAGE
-from spectrum_rft.rollouts.driver import drive
+from spectrum_rft.rollouts.driver import Played, play
 from spectrum_rft.rollouts.episode import Opening, max_model_calls
-from spectrum_rft.rollouts.model_calls import (CallStats, ModelCaller, RolloutConfigError, model_failure,
-                                               model_failure_message)
 from spectrum_rft.task.environment import ToolResult
+from spectrum_rft.training.spectrum.trl_env import SpectrumNotepadToolEnv as _TrlDeclarations
+from spectrum_rft.training.spectrum.trl_env import not_a_tool
 
 
 class SpectrumEnvClient(EnvClient[SpectrumAction, SpectrumObservation, SpectrumState]):
@@ -103,41 +102,6 @@ class OpenEnvEpisode:
         self.faults[kind] = self.faults.get(kind, 0) + 1
 
 
-@dataclass
-class Played:
-    """What :func:`play` leaves: the env's record, the call statistics, the record of a model that never
-    answered (:func:`~spectrum_rft.rollouts.model_calls.model_failure`, else None), the error that ends the
-    rollout as one (None when it finished as a rollout, whatever it scored), and the transcript."""
-
-    result: dict
-    stats: CallStats
-    failure: dict | None
-    error: str | None
-    transcript: list[dict]
-
-
-async def play(episode: OpenEnvEpisode, request: Callable[[list[dict], list[dict]], Awaitable[Any]], *,
-               tries: int = 4, backoff_base: float = 1.0, backoff_max: float = 16.0,
-               endpoint: str = "the model") -> Played:
-    """Play ``episode`` to its end through the episode driver. ``request(messages, tools)`` is one chat
-    completion request (an OpenAI-shaped response). The transcript opens as a dataset row does (the row's
-    system prompt, then :data:`~spectrum_rft.rollouts.dataset.FIRST_USER_MESSAGE`)."""
-    opening = await episode.start()
-    transcript = [{"role": "system", "content": opening.system_prompt}, {"role": "user", "content": FIRST_USER_MESSAGE}]
-    stats = CallStats()
-    model = ModelCaller(request, tries=tries, backoff_base=backoff_base, backoff_max=backoff_max)
-    error, failure = None, None
-    try:
-        await drive(episode, opening, transcript, model, stats)
-    except RolloutConfigError as e:
-        error = str(e)
-    if stats.never_answered:
-        failure = model_failure(stats.cause, stats.llm_requests, stats.detail)
-        error = model_failure_message(failure, endpoint)
-    result = await episode.finish("llm_failure" if failure else "rollout_error")  # as the evaluator
-    return Played(result, stats, failure, error, transcript)
-
-
 def openai_request(client: Any, model: str) -> Callable[[list[dict], list[dict]], Awaitable[Any]]:
     """``request(messages, tools)`` over an ``openai.AsyncOpenAI`` client (make it with ``max_retries=0``:
     :class:`ModelCaller` does the retrying)."""
@@ -152,8 +116,14 @@ class SpectrumToolEnv:
     """One rollout's session in the shape TRL's ``GRPOTrainer(environment_factory=...)`` asks for: ``reset``
     starts the row's episode and returns scan 1's text, the tools are methods (one call is one model turn; the
     env judges the arguments), ``get_reward`` is the env's score. Each instance holds its own session on the
-    server at ``base_url``. In the non-notepad modes the notepad methods are refused by the env (counted as a
-    fault), as an unlisted tool is on every path."""
+    server at ``base_url``. The tool methods are the project's TRL adapter's declarations
+    (:mod:`spectrum_rft.training.spectrum.trl_env`): TRL renders the same schema from them as for in-process
+    training. In the non-notepad modes the notepad methods are refused by the env (counted as a fault), as an
+    unlisted tool is on every path."""
+
+    submit_report = _TrlDeclarations.submit_report  # each hands the model's arguments to call(name, arguments)
+    notepad_read = _TrlDeclarations.notepad_read
+    notepad_write = _TrlDeclarations.notepad_write
 
     def __init__(self, base_url: str):
         self._client = SpectrumEnvClient(base_url=base_url).sync()
@@ -167,32 +137,14 @@ class SpectrumToolEnv:
         self._last = self._client.reset(row_id=row_id, dataset_info=info).observation
         return self._last.prompt
 
-    def _call(self, name: str, arguments: dict) -> str:
+    @not_a_tool
+    def call(self, name: str, arguments: dict) -> str:
+        """One tool call as the model wrote it, on the session (one model turn); the text for the model."""
         self._last = self._client.step(SpectrumAction(op="call", tool=name, arguments=arguments)).observation
         text = self._last.text or ""
-        if self._last.advanced and not self._last.done:
-            text += "\n\n" + self._last.prompt  # the next scan
+        if (self._last.advanced or self._last.skipped) and not self._last.done:
+            text += "\n\n" + self._last.prompt  # the next scan (scored, or closed by the call budget)
         return text
-
-    def submit_report(self, center_freqs: list[float]) -> str:
-        """Report the occupied regions of the band for the current scan. Ends the scan.
-
-        Args:
-            center_freqs: Centre frequency in MHz of every occupied region.
-        """
-        return self._call("submit_report", {"center_freqs": center_freqs})
-
-    def notepad_read(self) -> str:
-        """Read your notepad. It persists across scans."""
-        return self._call("notepad_read", {})
-
-    def notepad_write(self, text: str) -> str:
-        """Replace your notepad with new text.
-
-        Args:
-            text: The new notepad text.
-        """
-        return self._call("notepad_write", {"text": text})
 
     def get_reward(self) -> float:
         """The env's score of the episode (unplayed scans count as skipped empty reports)."""

@@ -30,7 +30,7 @@ row. Hence:
   ``max_calls_per_scan`` calls without a scored report. Equal to the evaluator for replies with one tool
   call each; a reply with several calls is judged call by call (e.g. a second ``submit_report`` in one
   message scores the next scan here, the evaluator refuses it).
-* **Not tools.** :meth:`metrics` is a plain callable attribute (:class:`_not_a_tool`), not a bound
+* **Not tools.** :meth:`metrics` is a plain callable attribute (:class:`not_a_tool`), not a bound
   method, so TRL does not offer it to the model. :func:`spectrum_reward` is the reward function: the
   env's score, with memory_gain, dormant_recall, carry_rate and scans_skipped logged per step
   (``log_metric``) and each rollout's row id and band fingerprint logged per completion (``log_extra``).
@@ -126,7 +126,7 @@ def scan_metrics(env: SpectrumEnv, scan: int, reference: float | None = None) ->
     return out
 
 
-class _not_a_tool:
+class not_a_tool:
     """A method TRL must not expose as a tool. trl 1.16 (pinned) lists tools with
     ``inspect.getmembers(type(env), inspect.isfunction)``: on the class this descriptor is itself (not a
     function), so TRL does not see it; on an instance it is a ``functools.partial`` of the method."""
@@ -217,7 +217,7 @@ class SpectrumToolEnv:
         env = self._env
         return env is not None and (env.done or bool(self._scan) and env.scan_index >= self._scan)
 
-    @_not_a_tool
+    @not_a_tool
     def metrics(self) -> dict:
         """The env's episode metrics (score, memory_gain, dormant_recall, carry_rate, scans_skipped,
         band_fingerprint, per_scan_reward, faults...; unplayed scans count as skipped) and the row id."""
@@ -231,7 +231,7 @@ class SpectrumToolEnv:
             raise RuntimeError("call reset(**row) first")
         return self._env
 
-    @_not_a_tool
+    @not_a_tool
     def call(self, name: str, arguments: Any) -> str:
         """Hand one tool call, as the model wrote it, to the env (one model turn); the text for the model."""
         env = self._env
