@@ -18,21 +18,26 @@ A *responder* is ``responder(request_json) -> (status, body, delay)``:
 
 Helpers build the usual bodies (:func:`chat_response`, :func:`tool_call`) and a responder that plays a
 scripted baseline policy (:func:`policy_responder`). ``python tests/loopback_llm.py --port 0 --policy
-accumulate`` runs the server as its own process and prints ``PORT <n>`` once it listens.
+accumulate`` runs the server as its own process and prints ``PORT <n>`` once it listens; :func:`served_apart`
+starts it so from another venv's tests (the verifiers and OpenEnv environments', whose parity tests need the
+main venv's litellm for the policy).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
+import subprocess
 import sys
 import threading
 import time
 import uuid
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 Reply = tuple[int, Any, float]
 Responder = Callable[[dict], Reply]
@@ -308,6 +313,36 @@ class LoopbackLLM:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+# the fault models of the parity tests: the accumulate policy as it is, or misbehaving (main()'s flags)
+FAULT_MODELS: dict[str, list[str]] = {"accumulate": [], "junk": ["--junk"], "faults": ["--faults"], "dead": ["--dead"]}
+MAIN_PYTHON = "SPECTRUM_MAIN_PYTHON"  # the main venv's python, named by the other venvs' test scripts
+
+
+def main_python() -> str | None:
+    """The main venv's python (``$SPECTRUM_MAIN_PYTHON``), None when it is not set; an error if it is missing."""
+    py = os.environ.get(MAIN_PYTHON)
+    if py and not Path(py).exists():
+        raise FileNotFoundError(f"{MAIN_PYTHON}={py} does not exist")
+    return py or None
+
+
+@contextmanager
+def served_apart(python: str, kind: str = "accumulate") -> Iterator[str]:
+    """This server in a process of its own, run by ``python`` (a venv with the project and litellm), serving
+    the accumulate policy as fault model ``kind`` (:data:`FAULT_MODELS`); yields its base URL."""
+    args = [python, __file__, "--port", "0", "--policy", "accumulate", *FAULT_MODELS[kind]]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1],
+                            env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+    try:
+        line = proc.stdout.readline() if proc.stdout is not None else ""
+        if not line.startswith("PORT "):
+            raise RuntimeError(f"the loopback model did not start: {line!r}")
+        yield f"http://127.0.0.1:{int(line.split()[1])}/v1"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 def main(argv: list[str] | None = None) -> int:

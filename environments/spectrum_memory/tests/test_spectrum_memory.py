@@ -30,6 +30,9 @@ from spectrum_rft.task.seeding import seed_for_row  # noqa: E402
 from spectrum_rft.task.window import window  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(REPO / "tests"))  # the loopback model (tests/loopback_llm.py)
+
+from loopback_llm import FAULT_MODELS, MAIN_PYTHON, main_python, served_apart  # noqa: E402
 
 
 def _tasks(**kw):
@@ -157,29 +160,16 @@ def test_a_failed_scan_is_skipped_and_the_rollout_goes_on():
 
 
 def _main_python() -> str:
-    py = os.environ.get("SPECTRUM_MAIN_PYTHON")
-    if not py:
-        pytest.skip("SPECTRUM_MAIN_PYTHON (the main venv's python, for the loopback model and spectrum-rft eval) "
-                    "is not set")
-    assert Path(py).exists(), py
-    return py
+    return main_python() or pytest.skip(f"{MAIN_PYTHON} (the main venv's python, for the loopback model and "
+                                        "spectrum-rft eval) is not set")
 
 
-@pytest.fixture(params=["accumulate", "junk", "faults", "dead"])
+@pytest.fixture(params=list(FAULT_MODELS))
 def loopback(request):
     """The loopback model over HTTP: the accumulate policy, the junk model, a flaky host (HTTP 500s on scan
     3, empty replies on scan 5) or a dead one (HTTP 500 for every request). Yields (base URL, kind)."""
-    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    args = [_main_python(), str(REPO / "tests" / "loopback_llm.py"), "--port", "0", "--policy", "accumulate"]
-    extra = {"accumulate": [], "junk": ["--junk"], "faults": ["--faults"], "dead": ["--dead"]}[request.param]
-    proc = subprocess.Popen(args + extra, stdout=subprocess.PIPE, text=True, env=env, cwd=REPO)
-    try:
-        line = proc.stdout.readline()
-        assert line.startswith("PORT "), line
-        yield f"http://127.0.0.1:{int(line.split()[1])}/v1", request.param
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with served_apart(_main_python(), request.param) as url:
+        yield url, request.param
 
 
 def _tool_texts_seen(messages: list[dict], memory_mode: str) -> set[str]:
