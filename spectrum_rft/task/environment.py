@@ -139,7 +139,8 @@ class SpectrumEnv:
         seed = int(seed)
         ep = self.preset.episode(seed)
         truth_merged = sr.report_intervals([c for c, _ in ep.truth], [w for _, w in ep.truth], ep.band)
-        echo_rng = np.random.default_rng([seed, 0x5C4A])  # the stream of the scrambled control's echo
+        # the stream the mode's echo rule draws from (the scrambled control's random echo); none without a rule
+        echo_rng = np.random.default_rng([seed, 0x5C4A]) if self.config.memory.echo is not None else None
         # Every scan body in one template pass; only the echo/notepad tail is rendered per scan.
         bodies = scan_format.render_bodies(ep)
         truth_iv = [(c - 0.5 * w, c + 0.5 * w) for c, w in ep.truth]

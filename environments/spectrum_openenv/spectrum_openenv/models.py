@@ -12,8 +12,6 @@ from typing import Any, Literal
 from openenv.core.env_server.types import Action, Observation, State
 from pydantic import Field
 
-OPS = ("call", "no_tool_call", "skip", "finish")
-
 
 class SpectrumAction(Action):
     """One move of the episode driver (``spectrum_rft.rollouts.driver.drive``) on this session's env.
