@@ -33,7 +33,7 @@
 #
 # restore: on a machine that did not run the earlier stages (runs/ is not kept between machines), the warm
 # start and every finished GRPO run come back from the committed record RECORD (default
-# results/memory-evidence3): the SFT model rebuilt bit for bit from its adapter (`sft --from-adapter`), each
+# results/memory-evidence5): the SFT model rebuilt bit for bit from its adapter (`sft --from-adapter`), each
 # finished run's merged model from its adapter on top of it, and its log and rollouts copied back; the
 # runs not yet finished then start afresh (same rows, same seed). Record a finished run with
 # `python scripts/record_runs.py --with-adapter RECORD OUT/grpo/RUN`.
@@ -57,7 +57,7 @@ CONSTRAINED=${CONSTRAINED---constrained}; STAGES=${STAGES:-"restore sft grpo rep
 STAGES=${STAGES//heldout/panel whole}
 GPU=${GPU:-0}; TRAIN_DEVICE=(--threads 1); EVAL_DEVICE=(--threads 2)
 [[ "$GPU" == 1 ]] && TRAIN_DEVICE=(--no-use-cpu --threads 2 --batch-groups) && EVAL_DEVICE=(--device cuda --threads 2)
-RECORD=${RECORD:-results/memory-evidence4}
+RECORD=${RECORD:-results/memory-evidence5}
 PANEL_SALT=${PANEL_SALT:-heldout-panel}; ECHO_HISTORY=${ECHO_HISTORY:-accumulate}; LEARNER=${LEARNER:-masked}
 SFT_MODEL=${SFT_MODEL:-$OUT/sft/model}
 mkdir -p "$OUT/scan-eval"

@@ -3,15 +3,22 @@ policy driven through it scores exactly what the evaluator scores.
 
 "Same schema" (what TRL shows the model, ``get_json_schema(method)``, against the env's ``tool_schemas``):
 the same function name and description; the same parameter names, the same ``required`` set; per
-parameter the same ``type`` and ``items``. Allowed differences, nothing else: the generated schema may mark
-an optional (non-required) parameter ``nullable`` (the adapter drops a null optional, as the MCP path
-does); the env may add ``maxItems`` (the preset's region cap) and bounds on a list's numbers (the band), both of which the env enforces; the env's parameter
-description may extend the docstring's (the preset's band and cap), so it must start with it.
+parameter the same ``type``, ``items`` and description. Allowed differences, nothing else: the generated
+schema may mark an optional (non-required) parameter ``nullable`` (the adapter drops a null optional, as the
+MCP path does); the env's schema adds the keywords type hints cannot carry (``trl_env.UNSAID_KEYWORDS``:
+``maxItems``, the region cap, and bounds on a list's numbers, the band), which the grammar and the env
+enforce and whose values the description says in words.
 """
 
 from __future__ import annotations
 
+import math
+import re
+
+import jsonschema
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from transformers.utils import get_json_schema
 
 from spectrum_rft.baselines.audit import run_episode
@@ -21,7 +28,10 @@ from spectrum_rft.task import scan_format
 from spectrum_rft.task.environment import (
     MEMORY_MODES,
     PRESETS,
+    EnvConfig,
+    SpectrumEnv,
     env_for_row,
+    get_preset,
     tool_schemas,
 )
 from spectrum_rft.task.memory import memory_mode
@@ -34,13 +44,13 @@ from spectrum_rft.training.spectrum.trl_env import (
     environment_factories,
     environment_name,
     spectrum_reward,
+    UNSAID_KEYWORDS,
     tool_env_class,
     tool_names,
 )
 
 GENERATED_ONLY = {"nullable"}  # allowed only on optional parameters
-ENV_ONLY = {"maxItems"}
-ITEM_BOUNDS = {"minimum", "maximum", "exclusiveMinimum"}  # the env's ranges of a list's numbers (the grammar's)
+ENV_ONLY = set(UNSAID_KEYWORDS)
 
 
 def schema_differences(generated: dict, env_entry: dict) -> list[str]:
@@ -66,7 +76,7 @@ def schema_differences(generated: dict, env_entry: dict) -> list[str]:
         where = f"{e['name']}.{name}"
         if a.get("type") != b.get("type"):
             out.append(f"{where}: type {a.get('type')!r} != {b.get('type')!r}")
-        env_items = {k: v for k, v in b.get("items", {}).items() if k not in ITEM_BOUNDS} if "items" in b else None
+        env_items = {k: v for k, v in b.get("items", {}).items() if k not in ENV_ONLY} if "items" in b else None
         if a.get("items") != env_items:
             out.append(f"{where}: items {a.get('items')!r} != {env_items!r}")
         extra_g = set(a) - set(b) - {"description"}
@@ -75,15 +85,20 @@ def schema_differences(generated: dict, env_entry: dict) -> list[str]:
         extra_e = set(b) - set(a) - {"description"}
         if extra_e - ENV_ONLY:
             out.append(f"{where}: env schema adds {sorted(extra_e)}")
-        if not str(b.get("description", "")).startswith(str(a.get("description", ""))) or not a.get("description"):
-            out.append(f"{where}: env description {b.get('description')!r} does not extend {a.get('description')!r}")
+        if a.get("description") != b.get("description") or not a.get("description"):
+            out.append(f"{where}: description {a.get('description')!r} != {b.get('description')!r}")
+        said = {float(x) for x in re.findall(r"\d+(?:\.\d+)?", str(a.get("description", "")))}
+        for key, value in [*((k, b[k]) for k in ENV_ONLY & set(b)),
+                           *((k, v) for k, v in b.get("items", {}).items() if k in ENV_ONLY)]:
+            if float(value) not in said:
+                out.append(f"{where}: {key} = {value} is not in the words the model reads")
     return out
 
 
 @pytest.mark.parametrize("preset", [p for p in PRESETS if not PRESETS[p].seed_is_run_index])  # what TRL rows play
 @pytest.mark.parametrize("mode", MEMORY_MODES)
 def test_tool_schemas_match_the_env(mode, preset):
-    env = tool_env_class(mode)()
+    env = tool_env_class(mode, preset)()
     expected = {t["function"]["name"]: t for t in tool_schemas(mode, preset)}
     assert tool_names(env) == set(expected), f"{mode}: the adapter's tools are not the env's"
     for name, entry in expected.items():
@@ -108,6 +123,11 @@ def test_schema_comparison_catches_differences():
     diffs = schema_differences(get_json_schema(Wrong().submit_report), tool_schemas("scaffold")[0])
     text = "\n".join(diffs)
     assert "center_freqs: items" in text and "required" in text and "parameters" in text, diffs
+    assert "center_freqs: description" in text, diffs  # the band and the cap are not in its words
+    # the default preset's declaration read against another preset's schema: its band and cap are not said
+    text = "\n".join(schema_differences(get_json_schema(SpectrumToolEnv().submit_report),
+                                        tool_schemas("scaffold", "default-v1")[0]))
+    assert "maximum = 480" in text, text
     assert tool_names(SpectrumNotepadToolEnv()) != {t["function"]["name"] for t in tool_schemas("scaffold")}
 
 
@@ -122,6 +142,66 @@ def test_metrics_and_reset_are_not_tools_and_factories_cover_every_mode():
     assert tool_env_class("icl_notepad") is SpectrumIclNotepadToolEnv
     with pytest.raises(ValueError, match="memory_mode"):
         SpectrumToolEnv().reset(**make_rows(1, memory_mode="notepad")[0])
+    with pytest.raises(ValueError, match="preset"):  # its tools declare another band
+        SpectrumToolEnv().reset(**make_rows(1, memory_mode="scaffold", preset="default-v1")[0])
+    v1 = tool_env_class("scaffold", "default-v1")
+    assert v1 is tool_env_class("none", "default-v1") and v1 is not SpectrumToolEnv
+    assert v1().reset(**make_rows(1, memory_mode="scaffold", preset="default-v1")[0]).startswith("Scan 1")
+    assert tool_env_class("scaffold", "default") is SpectrumToolEnv  # an alias names the same preset
+
+
+# ---- one schema: what the model reads (above), what the grammar enforces (tests/test_sampler.py) and what
+# the env accepts ----------------------------------------------------------------------------------------
+
+_numbers = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-10**4, 10**4))
+
+
+@st.composite
+def _arguments(draw, preset):
+    """Arguments near the edge of ``preset``'s report schema: in and out of the band, at and past the cap,
+    lengths matching or not, wrong types, unknown fields."""
+    lo, hi = get_preset(preset).band
+    cap = get_preset(preset).max_regions
+    near = st.one_of(st.floats(lo, hi), st.sampled_from([lo, hi, lo - 1e-6, hi + 1e-6, hi + 1]), _numbers)
+    n = draw(st.integers(0, cap + 2))
+    args: dict = {"center_freqs": draw(st.lists(near, min_size=n, max_size=n))}
+    if draw(st.booleans()):
+        m = n if draw(st.booleans()) else draw(st.integers(0, cap + 2))
+        args["bandwidths"] = draw(st.lists(st.one_of(st.floats(-1, hi - lo + 1), _numbers), min_size=m, max_size=m))
+    if draw(st.integers(0, 9)) == 0:
+        args[draw(st.sampled_from(["extra", "widths"]))] = draw(_numbers)
+    if draw(st.integers(0, 9)) == 0:
+        args["center_freqs"] = draw(st.sampled_from(["100", None, True, [[1.0]], ["5"]]))
+    return args
+
+
+def _schema_allows(args: dict, preset: str) -> bool:
+    """``tool_schemas``' report parameters (JSON Schema: a field they do not name is allowed, and ignored) and
+    what the description says in words only (the bandwidths list as long as center_freqs)."""
+    params = tool_schemas("scaffold", preset)[0]["function"]["parameters"]
+    if not get_preset(preset).report_width and "bandwidths" in args:
+        bw, cf = args["bandwidths"], args["center_freqs"]
+        if isinstance(bw, list) and isinstance(cf, list) and len(bw) != len(cf):
+            return False
+    try:
+        jsonschema.validate(args, params)
+    except jsonschema.ValidationError:
+        return False
+    return all(math.isfinite(x) for v in args.values() if isinstance(v, list) for x in v
+               if isinstance(x, (int, float)) and not isinstance(x, bool))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), preset=st.sampled_from(["default", "bench90"]))  # a fixed width, and bandwidths offered
+def test_the_env_accepts_exactly_what_the_schema_allows(data, preset):
+    args = data.draw(_arguments(preset))
+    if get_preset(preset).report_width and "bandwidths" in args:
+        # not in that preset's schema: ignored whatever it holds (a field the env throws away never refuses)
+        del args["bandwidths"]
+    env = SpectrumEnv(EnvConfig(memory_mode="scaffold", preset=preset))
+    env.reset(1)  # bench90's seed is its run index
+    res = env.call_tool("submit_report", args, first=True, last=True)
+    assert res.advanced == res.ok == _schema_allows(args, preset), (args, res.content)
 
 
 # ---- parity: the scripted accumulate policy through the adapter scores what the evaluator scores ------------

@@ -114,7 +114,9 @@ class SpectrumEnv:
     * **Refusals.** Bad input never raises and never scores: a report that does not parse, is off the band
       or over the region cap, arguments over :data:`MAX_ARGUMENT_BYTES`, an unknown tool, a notepad tool in
       a mode without one, a second ``submit_report`` in one model message, a call after the end: each gets
-      an error text for the model, leaves the scan open and is counted in ``metrics()["faults"]``.
+      an error text for the model, leaves the scan open and is counted in ``metrics()["faults"]``. An
+      argument the tool's schema does not name is ignored, as JSON Schema allows (``tool_schemas()`` sets no
+      ``additionalProperties``; the grammar does not sample one), and so is a field the preset ignores.
     * **Budgets.** Through :meth:`call_tool`, one model message is one turn; a turn that scores nothing
       (refused calls, notepad calls only, or no tool call: :meth:`no_tool_call`) uses one of the scan's
       ``max_calls_per_scan`` turns, and the last one closes the scan as an empty report (skipped, reward of

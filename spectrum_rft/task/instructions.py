@@ -32,7 +32,8 @@ def tool_schemas(memory_mode: str, preset: str = "default") -> list[dict]:
             "type": "array",
             "items": {"type": "number", "exclusiveMinimum": 0, "maximum": hi - lo},
             "maxItems": p.max_regions,
-            "description": "Optional: bandwidth in MHz of each region, same length as center_freqs.",
+            "description": f"Optional: bandwidth in MHz of each region (more than 0, at most {hi - lo:g} MHz), "
+            f"same length as center_freqs (at most {p.max_regions}).",
         }
     if mode.notepad_in_scan:
         report_props["notepad_update"] = {

@@ -116,9 +116,9 @@ class SpectrumToolEnv:
     """One rollout's session in the shape TRL's ``GRPOTrainer(environment_factory=...)`` asks for: ``reset``
     starts the row's episode and returns scan 1's text, the tools are methods (one call is one model turn; the
     env judges the arguments), ``get_reward`` is the env's score. Each instance holds its own session on the
-    server at ``base_url``. The tool methods are the project's TRL adapter's declarations
-    (:mod:`spectrum_rft.training.spectrum.trl_env`): TRL renders the same schema from them as for in-process
-    training. In the non-notepad modes the notepad methods are refused by the env (counted as a fault), as an
+    server at ``base_url``. The tool methods are the project's TRL adapter's declarations for the default
+    preset (:mod:`spectrum_rft.training.spectrum.trl_env`, made from the env's ``tool_schemas()``): TRL
+    renders the same schema from them as for in-process training. In the non-notepad modes the notepad methods are refused by the env (counted as a fault), as an
     unlisted tool is on every path."""
 
     submit_report = _TrlDeclarations.submit_report  # each hands the model's arguments to call(name, arguments)

@@ -28,14 +28,14 @@ from spectrum_rft.task.arms import ARMS
 from spectrum_rft.task.memory import memory_mode
 from spectrum_rft.task.scan_format import parse_scan
 from spectrum_rft.training.spectrum.trl_data import grpo_rows
-from spectrum_rft.training.spectrum.trl_env import ECHO_HISTORIES, memoryless_report, tool_env_class
+from spectrum_rft.training.spectrum.trl_env import ECHO_HISTORIES, memoryless_report, tool_env_for
 
 REPORTS = ("memoryless", "echo+current")
 
 
 def _scores(row: dict) -> dict[str, dict[str, float]]:
     """Each report of :data:`REPORTS` on the row's scan, judged by a copy of the row's env."""
-    env = tool_env_class(row["environment_context"]["memory_mode"])()
+    env = tool_env_for(row)
     text = env.reset(**row)
     scan = parse_scan(text)
     acc = make_policy("accumulate")  # reads the echo too: every echoed centre kept, the current peaks added

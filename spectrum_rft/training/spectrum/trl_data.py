@@ -24,7 +24,7 @@ from spectrum_rft.task.memory import memory_mode as get_memory_mode
 from spectrum_rft.task.presets import get_preset
 from spectrum_rft.task.seeding import seed_for_row
 from spectrum_rft.training.spectrum.trl_env import (ECHO_HISTORIES, memoryless_report, scan_prompt, tool_env_class,
-                                                     tool_names)
+                                                     tool_env_for, tool_names)
 
 EPISODES = ("scan", "full")
 FINAL_REPLY = "Done."  # what the SFT data answers after the rollout's last tool result
@@ -92,7 +92,7 @@ def scan_sampler(tokenizer: Any, memory_mode: str, *, preset: str = "default", c
     from spectrum_rft.task.instructions import tool_schemas  # noqa: PLC0415
     from spectrum_rft.training.spectrum.sampler import GroupSampler  # noqa: PLC0415
 
-    return GroupSampler(tokenizer, tools=tool_schemas_of(tool_env_class(memory_mode)()),
+    return GroupSampler(tokenizer, tools=tool_schemas_of(tool_env_class(memory_mode, preset)()),
                         grammar_tools=tool_schemas(memory_mode, preset), constrained=constrained,
                         max_new_tokens=max_new_tokens, vocab_size=vocab_size, batch_groups=batch_groups)
 
@@ -106,8 +106,7 @@ def sft_conversation(row: dict) -> dict:
     """One row played by the memoryless policy through the adapter: ``messages`` (the GRPO prompt with the
     scan text TRL would append, each report as a ``submit_report`` call, the env's replies as tool messages,
     then :data:`FINAL_REPLY`), ``tools`` (JSON, as TRL renders them) and the score the env gave."""
-    memory_mode = row["environment_context"]["memory_mode"]
-    env = tool_env_class(memory_mode)()
+    env = tool_env_for(row)
     obs = env.reset(**row)
     system, user = row["prompt"]
     messages = [system, {**user, "content": user["content"] + obs}]

@@ -8,19 +8,20 @@ JSON schema made by ``transformers.utils.get_json_schema`` from the type hints a
 TRL collects the tools *before* ``reset`` sees the row, so one instance cannot change its tool set per
 row. Hence:
 
-* **One class per tool set** (:attr:`spectrum_rft.task.memory.MemoryMode.tool_set`).
-  :class:`SpectrumToolEnv` (``submit_report``; memory modes none, icl, scaffold, scrambled),
-  :class:`SpectrumNotepadToolEnv` (+ ``notepad_read``/``notepad_write``; notepad),
-  :class:`SpectrumIclNotepadToolEnv` (``submit_report`` with ``notepad_update``; icl_notepad).
-  :func:`tool_env_class` picks the class of a memory mode (a one-arm run passes it as the factory);
+* **One class per tool set and preset** (:attr:`spectrum_rft.task.memory.MemoryMode.tool_set`):
+  :func:`tool_env_class` ``(memory_mode, preset)`` makes it (a one-arm run passes it as the factory);
   :func:`environment_factories` is TRL's dict form (rows carry ``environment = environment_name(mode)``).
-  A row whose memory mode does not match its class is refused at ``reset`` (a dataset bug, not model input).
-* **The env is the only judge.** The tool methods are declarations: their signature and docstring are the
-  schema (``tests/test_trl_env.py`` checks it against :func:`tool_schemas`), their body is never run; the
-  arguments go, as the model wrote them, to :meth:`SpectrumEnv.call_tool`, which refuses bad input with a
-  message for the model (missing or mistyped arguments, unknown extra ones included). Nothing raises for
-  bad model input. An optional argument sent as ``null`` (the generated schema marks it ``nullable``) is
-  dropped, as on the MCP path.
+  The default preset's are named: :data:`SpectrumToolEnv` (``submit_report``; memory modes none, icl,
+  scaffold, scrambled), :data:`SpectrumNotepadToolEnv` (+ ``notepad_read``/``notepad_write``; notepad),
+  :data:`SpectrumIclNotepadToolEnv` (``submit_report`` with ``notepad_update``; icl_notepad). A row of
+  another tool set or preset is refused at ``reset`` (a dataset bug, not model input).
+* **One schema.** The tool methods are made from :func:`~spectrum_rft.task.instructions.tool_schemas`
+  (:func:`declare`): what TRL renders for the model (``get_json_schema``) is the schema the grammar enforces
+  and the env accepts, its band and cap in the descriptions' words (``tests/test_trl_env.py``).
+* **The env is the only judge.** A tool method's body hands the arguments, as the model wrote them, to
+  :meth:`SpectrumEnv.call_tool`, which refuses bad input with a message for the model (missing or
+  mistyped arguments; an argument the schema does not name is ignored). Nothing raises for bad model input. An optional
+  argument sent as ``null`` (the generated schema marks it ``nullable``) is dropped, as on the MCP path.
 * **Texts.** ``reset`` returns the first scan's text, exactly the in-process path's first user message
   (give the row's last user message empty content to get that message byte for byte). TRL can return text
   only in tool results, so the next scan arrives as on the MCP path: the result of the call that closed
@@ -62,7 +63,10 @@ from typing import Any
 from spectrum_rft.baselines.policies import make_policy
 from spectrum_rft.common.stats import half_of, mean
 from spectrum_rft.task.environment import SpectrumEnv, env_for_row
+from spectrum_rft.task.instructions import tool_schemas
+from spectrum_rft.task.memory import MEMORY_MODES
 from spectrum_rft.task.memory import memory_mode as get_memory_mode
+from spectrum_rft.task.presets import resolve_preset
 from spectrum_rft.task.scan_format import parse_scan
 
 LOGGED_METRICS = ("score", "late_mean", "memory_gain", "dormant_recall", "carry_rate", "echo_copy", "scans_skipped",
@@ -139,30 +143,61 @@ class not_a_tool:
         return self if obj is None else functools.partial(self.fn, obj)
 
 
-def _tool(declaration: Callable) -> Callable:
-    """A tool: the declaration's signature and docstring (what ``get_json_schema`` reads, through
-    ``functools.wraps``) with a body that hands the model's arguments to the env. The body takes any keyword
-    (a field the schema does not offer, e.g. ``bandwidths`` on a fixed-width preset), so the env judges it."""
-    params = list(inspect.signature(declaration).parameters.values())[1:]  # after self
-    names = [p.name for p in params]
-    nullable = {p.name for p in params if p.default is None}
-
-    @functools.wraps(declaration)
-    def call(self: SpectrumToolEnv, *args: Any, **kwargs: Any) -> str:
-        arguments = dict(zip(names, args))
-        arguments.update(kwargs)
-        arguments = {k: v for k, v in arguments.items() if not (v is None and k in nullable)}
-        return self.call(declaration.__name__, arguments)
-
-    return call
+_JSON_TYPES: dict[str, type] = {"number": float, "integer": int, "string": str, "boolean": bool}
+# JSON-schema keywords that get_json_schema cannot write from type hints: the schema's descriptions say them in
+# words (tests/test_trl_env.py checks it); the grammar and the env enforce them
+UNSAID_KEYWORDS = ("minimum", "maximum", "exclusiveMinimum", "maxItems")
 
 
-class SpectrumToolEnv:
-    """One TRL rollout of the spectrum task (memory modes with tool set ``report``: none, icl, scaffold,
-    scrambled)."""
+def _hint(spec: dict) -> Any:
+    if spec.get("type") == "array":
+        return list[_hint(spec.get("items", {}))]
+    return _JSON_TYPES[spec["type"]]
 
-    TOOL_SET = "report"  # the memory modes it serves: MemoryMode.tool_set
-    NAME = "spectrum-none"  # its ``environment`` column in a run that mixes tool sets
+
+def declare(tool: dict) -> Callable:
+    """The method TRL offers the model as ``tool`` (one OpenAI function schema of
+    :func:`~spectrum_rft.task.instructions.tool_schemas`).
+
+    Its signature and Google-style docstring are made from the schema, so what ``get_json_schema`` reads back
+    is the schema: the name, the description, each parameter's type and description, ``required`` (an
+    optional parameter defaults to None: ``nullable``). The keywords type hints cannot carry
+    (:data:`UNSAID_KEYWORDS`: the band, the region cap) reach the model in the descriptions' words. The body
+    hands the model's arguments, as it wrote them, to the env (:meth:`ToolEnv.call`), which judges
+    them (a field the schema does not offer included); an optional argument sent as ``null`` is dropped."""
+    fn = tool["function"]
+    name = fn["name"]
+    params = fn.get("parameters", {})
+    props, required = params.get("properties", {}), set(params.get("required", ()))
+    nullable = set(props) - required
+    order = sorted(props, key=lambda arg: arg not in required)  # a signature lists required parameters first
+
+    def method(self: ToolEnv, *args: Any, **kwargs: Any) -> str:
+        arguments = {**dict(zip(order, args)), **kwargs}
+        return self.call(name, {k: v for k, v in arguments.items() if not (v is None and k in nullable)})
+
+    annotations: dict[str, Any] = {}
+    signature = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    for arg in order:
+        hint = _hint(props[arg]) if arg in required else _hint(props[arg]) | None
+        annotations[arg] = hint
+        signature.append(inspect.Parameter(arg, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=hint,
+                                           default=inspect.Parameter.empty if arg in required else None))
+    method.__name__ = method.__qualname__ = name
+    method.__annotations__ = {**annotations, "return": str}
+    method.__signature__ = inspect.Signature(signature, return_annotation=str)  # type: ignore[attr-defined]
+    docs = "".join(f"\n    {arg}: {props[arg].get('description', arg)}" for arg in order)
+    method.__doc__ = fn.get("description", name) + (f"\n\nArgs:{docs}" if docs else "")
+    return method
+
+
+class ToolEnv:
+    """One TRL rollout of the spectrum task: the rollout's logic, without tools. The classes TRL gets
+    (:func:`tool_env_class`) add the tools of one tool set declared for one preset (:func:`declare`)."""
+
+    TOOL_SET: str | None = None  # the memory modes it serves: MemoryMode.tool_set
+    PRESET: str | None = None  # the preset whose tool schemas it declares (its band and cap)
+    NAME: str | None = None  # its ``environment`` column in a run that mixes tool sets
 
     def __init__(self) -> None:
         self._env: SpectrumEnv | None = None
@@ -183,7 +218,12 @@ class SpectrumToolEnv:
         env, seed = env_for_row(row_id, {"environment_context": ctx})
         if env.config.memory.tool_set != self.TOOL_SET:
             raise ValueError(f"row {row_id!r} has memory_mode {env.config.memory_mode!r}, but {type(self).__name__} "
-                             f"serves the modes with tool set {self.TOOL_SET!r}; use tool_env_class(memory_mode)")
+                             f"serves the modes with tool set {self.TOOL_SET!r}; use tool_env_class(memory_mode, "
+                             f"preset)")
+        if resolve_preset(env.config.preset) != self.PRESET:
+            raise ValueError(f"row {row_id!r} has preset {env.config.preset!r}, but {type(self).__name__} declares "
+                             f"the tools of preset {self.PRESET!r} (its band and cap); use tool_env_class(memory_mode, "
+                             f"preset)")
         env.reset(seed)
         scan = row.get("scan") or 0
         if not isinstance(scan, int) or isinstance(scan, bool) or not 0 <= scan <= env.n_scans:
@@ -200,15 +240,6 @@ class SpectrumToolEnv:
             reference = ref.scan_records()[scan - 1]["reward"]
         self._env, self._row_id, self._scan, self._reference = env, row_id, scan, reference
         return env.observation()["prompt"]
-
-    @_tool
-    def submit_report(self, center_freqs: list[float]) -> str:
-        """Report the occupied regions of the band for the current scan. Ends the scan.
-
-        Args:
-            center_freqs: Centre frequency in MHz of every occupied region
-        """
-        raise AssertionError("declaration only: _tool replaces the body")
 
     @property
     def done(self) -> bool:
@@ -248,7 +279,7 @@ class SpectrumToolEnv:
 def scan_prompt(row: dict) -> list[dict]:
     """The row's prompt with the first scan's text in its last user message: what the model reads when no
     TRL environment appends it (``spectrum-rft train --sampler group``); byte for byte the env path's."""
-    env = tool_env_class(row["environment_context"]["memory_mode"])()
+    env = tool_env_for(row)
     obs = env.reset(**row)
     *head, last = row["prompt"]
     return [*head, {**last, "content": last["content"] + obs}]
@@ -266,12 +297,12 @@ def message_calls(message: Any) -> list[dict]:
     return out
 
 
-def judge(row: dict, message: dict | None) -> SpectrumToolEnv:
+def judge(row: dict, message: dict | None) -> ToolEnv:
     """A fresh env for ``row`` (the same band and scan as every other completion of the row) that has judged
     the completion ``message`` (an assistant message as TRL parses it: ``tool_calls`` in order, each one
     model turn, as on the env path). A completion without tool calls leaves the scan unreported (skipped,
     scored as an empty report). The env alone scores; nothing is read from the text but the calls."""
-    env = tool_env_class(row["environment_context"]["memory_mode"])()
+    env = tool_env_for(row)
     env.reset(**row)
     for call in message_calls(message):
         env.call(str(call["name"] or ""), call["arguments"])  # the env refuses bad input with a message
@@ -280,60 +311,53 @@ def judge(row: dict, message: dict | None) -> SpectrumToolEnv:
     return env
 
 
-class SpectrumNotepadToolEnv(SpectrumToolEnv):
-    """Memory mode notepad: ``submit_report`` plus a notepad that persists across scans."""
-
-    TOOL_SET, NAME = "notepad", "spectrum-notepad"
-
-    @_tool
-    def notepad_read(self) -> str:
-        """Read your notepad. It persists across scans."""
-        raise AssertionError("declaration only")
-
-    @_tool
-    def notepad_write(self, text: str) -> str:
-        """Replace the whole notepad with `text` (it persists across scans).
-
-        Args:
-            text: The new notepad content.
-        """
-        raise AssertionError("declaration only")
+_CLASS_NAMES = {"report": "SpectrumToolEnv", "notepad": "SpectrumNotepadToolEnv",
+                "notepad_update": "SpectrumIclNotepadToolEnv"}
+_CLASSES: dict[tuple[str, str], type[ToolEnv]] = {}
 
 
-class SpectrumIclNotepadToolEnv(SpectrumToolEnv):
-    """Memory mode icl_notepad: ``submit_report`` also replaces the notepad shown with every scan."""
-
-    TOOL_SET, NAME = "notepad_update", "spectrum-icl_notepad"
-
-    @_tool
-    def submit_report(self, center_freqs: list[float], notepad_update: str | None = None) -> str:
-        """Report the occupied regions of the band for the current scan. Ends the scan.
-
-        Args:
-            center_freqs: Centre frequency in MHz of every occupied region
-            notepad_update: Optional: replaces your notepad, which is shown to you with every later scan (your only memory across scans).
-        """
-        raise AssertionError("declaration only")
-
-
-TOOL_ENV_CLASSES: tuple[type[SpectrumToolEnv], ...] = (SpectrumToolEnv, SpectrumNotepadToolEnv,
-                                                       SpectrumIclNotepadToolEnv)
-
-
-def tool_env_class(memory_mode: str) -> type[SpectrumToolEnv]:
-    """The environment class (TRL ``environment_factory``) whose tools are memory mode ``memory_mode``'s."""
+def tool_env_class(memory_mode: str, preset: str = "default") -> type[ToolEnv]:
+    """The environment class (TRL ``environment_factory``) whose tools are memory mode ``memory_mode``'s,
+    declared from ``tool_schemas(memory_mode, preset)`` (:func:`declare`): what the model reads is the schema
+    the grammar enforces and the env accepts. One class per tool set and preset (the modes of a tool set
+    share their tools); it refuses a row of another tool set or preset."""
     tool_set = get_memory_mode(memory_mode).tool_set  # a ValueError for an unknown mode
-    return next(cls for cls in TOOL_ENV_CLASSES if cls.TOOL_SET == tool_set)
+    preset = resolve_preset(preset)  # ... and an unknown preset
+    cls = _CLASSES.get((tool_set, preset))
+    if cls is None:
+        name = _CLASS_NAMES.get(tool_set, f"SpectrumToolEnv_{tool_set}")
+        suffix = "" if preset == resolve_preset("default") else f"@{preset}"
+        tools = {t["function"]["name"]: declare(t) for t in tool_schemas(memory_mode, preset)}
+        cls = type(name + suffix.replace("@", "_").replace("-", "_"), (ToolEnv,),
+                   {"TOOL_SET": tool_set, "PRESET": preset, "NAME": f"spectrum-{tool_set}{suffix}",
+                    "__module__": __name__, "__doc__": f"One TRL rollout of the memory modes with tool set "
+                    f"{tool_set!r} on preset {preset!r}.", **tools})
+        _CLASSES[(tool_set, preset)] = cls
+    return cls
 
 
-def environment_name(memory_mode: str) -> str:
+def environment_name(memory_mode: str, preset: str = "default") -> str:
     """The ``environment`` column of a row in a run that mixes tool sets (:func:`environment_factories`)."""
-    return tool_env_class(memory_mode).NAME
+    return tool_env_class(memory_mode, preset).NAME
 
 
-def environment_factories() -> dict[str, type[SpectrumToolEnv]]:
-    """TRL's dict form of ``environment_factory``: one entry per tool set."""
-    return {cls.NAME: cls for cls in TOOL_ENV_CLASSES}
+def environment_factories(preset: str = "default") -> dict[str, type[ToolEnv]]:
+    """TRL's dict form of ``environment_factory``: one entry per tool set (of the registered memory modes)."""
+    classes = [tool_env_class(mode, preset) for mode in MEMORY_MODES]
+    return {cls.NAME: cls for cls in classes}
+
+
+def tool_env_for(row: dict) -> ToolEnv:
+    """A fresh environment of ``row``'s memory mode and preset (not yet reset)."""
+    ctx = row["environment_context"]
+    return tool_env_class(ctx["memory_mode"], ctx.get("preset") or "default")()
+
+
+# The default preset's classes, by name (what a one-arm run on the default preset passes as the factory)
+SpectrumToolEnv = tool_env_class("none")
+SpectrumNotepadToolEnv = tool_env_class("notepad")
+SpectrumIclNotepadToolEnv = tool_env_class("icl_notepad")
+TOOL_ENV_CLASSES: tuple[type[ToolEnv], ...] = (SpectrumToolEnv, SpectrumNotepadToolEnv, SpectrumIclNotepadToolEnv)
 
 
 def tool_names(env: Any) -> set[str]:
@@ -343,7 +367,7 @@ def tool_names(env: Any) -> set[str]:
     return {n for n in by_class if n not in ("reset", "get_reward") and not n.startswith("_")}
 
 
-def spectrum_reward(environments: list[SpectrumToolEnv], log_metric: Callable | None = None,
+def spectrum_reward(environments: list[ToolEnv], log_metric: Callable | None = None,
                     log_extra: Callable | None = None, on_metrics: Callable | None = None, **_: Any) -> list[float]:
     """TRL reward function: each rollout's env score. Logs the batch means of :data:`LOGGED_METRICS`
     (metrics that are None for an episode, e.g. carry_rate with no earlier report, are left out of the

@@ -4,7 +4,7 @@
   memoryless policy through the TRL adapter, and TRL's ``SFTTrainer`` (LoRA, loss on the assistant turns
   only) learns them: the task and the tool-call format, no memory. The merged model is saved to
   ``OUT/model`` (with the tool chat template), ready for ``train --model OUT/model``.
-* ``train``: TRL's ``GRPOTrainer(environment_factory=tool_env_class(mode))`` with LoRA; the reward is the
+* ``train``: TRL's ``GRPOTrainer(environment_factory=tool_env_class(mode, preset))`` with LoRA; the reward is the
   env's own score (:func:`spectrum_rft.training.spectrum.trl_env.spectrum_reward`).
 
 Both take a TOML config file (``--config FILE``: keys are the flags' names with ``_``) and flags, flags
@@ -308,7 +308,7 @@ def run_train(cfg: GrpoConfig, callbacks: list | None = None) -> dict:
         if masked:
             learner["grammar_masks"] = sampler.grammar_masks()
     else:
-        generation = {"environment_factory": tool_env_class(cfg.mode)}
+        generation = {"environment_factory": tool_env_class(cfg.mode, cfg.preset)}
         if masked:  # vLLM's structured outputs: the same grammar, replayed per model turn
             learner.update(grammar_masks=GrammarMasks.for_tools(tok, tool_schemas(cfg.mode, cfg.preset),
                                                                 model.config.vocab_size), loss_kind="tis")
