@@ -77,10 +77,14 @@ def test_a_recorded_warm_start_is_restored_exactly(sft_run, tmp_path):
     from safetensors.torch import load_file
 
     rec = tmp_path / "results"
-    # the fixture's run lives in the temp folder, which record_runs refuses to name: point TMPDIR elsewhere
-    (tmp_path / "elsewhere").mkdir()
-    subprocess.run([sys.executable, "scripts/record_runs.py", "--with-adapter", str(rec), str(sft_run)], check=True,
-                   cwd=Path(__file__).resolve().parent.parent, env={**os.environ, "TMPDIR": str(tmp_path / "elsewhere")})
+    # the fixture's run lives in the temp folder, which record_runs refuses to name (as it refuses the home
+    # folder and the parent of the folder it runs in, a checkout under /tmp included): point TMPDIR and the
+    # working folder elsewhere
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    script = Path(__file__).resolve().parent.parent / "scripts" / "record_runs.py"
+    subprocess.run([sys.executable, str(script), "--with-adapter", str(rec), str(sft_run)], check=True,
+                   cwd=elsewhere, env={**os.environ, "TMPDIR": str(elsewhere)})
     config = json.loads((rec / "sft" / "adapter" / "adapter_config.json").read_text())
     assert config["base_model_name_or_path"] == "smollm2"
     out = tmp_path / "restored"
