@@ -2,7 +2,7 @@
 # The evidence run: does GRPO on this reward teach the real-echo arm to carry? (RESULTS_memory.md section 11;
 # sections 9-10 ran earlier designs of this script)
 #
-#   bash scripts/evidence_memory.sh [OUT]        (default OUT=runs/evidence4)
+#   bash scripts/evidence_memory.sh [OUT]        (default OUT=runs/evidence5)
 #
 # Resumable: every stage is skipped when its output exists, and GRPO runs go on from their newest
 # checkpoint (--save-every 1 --resume), so the same command continues an interrupted run.
@@ -42,7 +42,7 @@
 # The last round's design (section 8) is this script with SEEDS="0 1" STEPS=20 PROMPTS=1 GROUP=6
 # MAXLEN=128 SAMPLER=trl CONSTRAINED= MICRO=6 and its two SFT rounds.
 set -euo pipefail
-OUT=${1:-runs/evidence4}
+OUT=${1:-runs/evidence5}
 cd "$(dirname "$0")/.."
 srft() { python -m spectrum_rft "$@"; }  # this checkout's code, whatever venv is active
 SEEDS=${SEEDS:-"0 1 2"}; STEPS=${STEPS:-30}; PROMPTS=${PROMPTS:-2}; GROUP=${GROUP:-8}; MAXLEN=${MAXLEN:-256}  # 16 in-band centres of <= 6 decimals fit; 160 truncated ~2 % of reports
