@@ -118,8 +118,8 @@ class SpectrumToolEnv:
     env judges the arguments), ``get_reward`` is the env's score. Each instance holds its own session on the
     server at ``base_url``. The tool methods are the project's TRL adapter's declarations for the default
     preset (:mod:`spectrum_rft.training.spectrum.trl_env`, made from the env's ``tool_schemas()``): TRL
-    renders the same schema from them as for in-process training. In the non-notepad modes the notepad methods are refused by the env (counted as a fault), as an
-    unlisted tool is on every path."""
+    renders the same schema from them as for in-process training. In the non-notepad modes the notepad
+    methods are refused by the env (counted as a fault), as an unlisted tool is on every path."""
 
     submit_report = _TrlDeclarations.submit_report  # each hands the model's arguments to call(name, arguments)
     notepad_read = _TrlDeclarations.notepad_read
