@@ -35,8 +35,10 @@
 # start and every finished GRPO run come back from the committed record RECORD (default
 # results/memory-evidence5): the SFT model rebuilt bit for bit from its adapter (`sft --from-adapter`), each
 # finished run's merged model from its adapter on top of it, and its log and rollouts copied back; the
-# runs not yet finished then start afresh (same rows, same seed). Record a finished run with
-# `python scripts/record_runs.py --with-adapter RECORD OUT/grpo/RUN`.
+# runs not yet finished go on from their recorded checkpoint, or start afresh (same rows, same seed), and the
+# panel's recorded scans (RECORD/panel/heldout-*.json) are not scanned again. Record a finished run with
+# `python scripts/record_runs.py --with-adapter RECORD OUT/grpo/RUN`, one stopped before its end (a machine
+# about to go) with `... --with-checkpoint RECORD OUT/grpo/RUN` (~16 MB: its newest checkpoint).
 # Commands run as `python -m spectrum_rft` from the checkout the script sits in: run it from a worktree of
 # its own, and later edits of another checkout cannot change a running job.
 # The last round's design (section 8) is this script with SEEDS="0 1" STEPS=20 PROMPTS=1 GROUP=6
@@ -72,9 +74,24 @@ if has restore && [[ -f "$RECORD/sft/adapter/adapter_model.safetensors" ]]; then
   [[ -f "$OUT/sft/summary.json" ]] || srft sft --overwrite --out "$OUT/sft" --from-adapter "$RECORD/sft/adapter" > "$OUT/sft.log" 2>&1
   for rec in "$RECORD"/weak-*/; do
     run="$OUT/grpo/$(basename "$rec")"
-    [[ -f "$run/summary.json" || ! -f "$rec/summary.json" || ! -f "$rec/adapter/adapter_model.safetensors" ]] && continue
-    srft sft --model "$SFT_MODEL" --from-adapter "$rec/adapter" --overwrite --out "$run" > "$run.restore.log" 2>&1
-    for f in config.json code_revision.json metrics.jsonl rollouts.jsonl summary.json; do cp "$rec/$f" "$run/$f"; done
+    [[ -f "$run/summary.json" ]] && continue
+    if [[ -f "$rec/summary.json" && -f "$rec/adapter/adapter_model.safetensors" ]]; then  # a finished run
+      srft sft --model "$SFT_MODEL" --from-adapter "$rec/adapter" --overwrite --out "$run" > "$run.restore.log" 2>&1
+      for f in config.json code_revision.json metrics.jsonl rollouts.jsonl summary.json; do cp "$rec/$f" "$run/$f"; done
+      continue
+    fi
+    # an unfinished one recorded with its newest checkpoint (record_runs --with-checkpoint): the grpo stage's
+    # --resume goes on from it, unless this machine's own run of it is as far or further
+    ckpt=$(find "$rec" -maxdepth 1 -type d -name 'checkpoint-*' | sort -t- -k2 -n | tail -1)
+    [[ -n "$ckpt" ]] || continue
+    have=$(find "$run/trl" -maxdepth 1 -type d -name 'checkpoint-*' 2>/dev/null | sed 's/.*checkpoint-//' | sort -n | tail -1)
+    (( ${have:-0} >= ${ckpt##*checkpoint-} )) && continue
+    mkdir -p "$run/trl" && cp -r "$ckpt" "$run/trl/"
+    for f in config.json code_revision.json metrics.jsonl rollouts.jsonl; do cp "$rec/$f" "$run/$f"; done
+  done
+  # the panel's finished scans (RECORD/panel, as recorded after the panel stage): not scanned again
+  for f in "$RECORD"/panel/heldout-*.json; do
+    [[ -f "$f" && ! -f "$OUT/scan-eval/$(basename "$f")" ]] && cp "$f" "$OUT/scan-eval/"
   done
 fi
 if has sft && [[ ! -f "$OUT/sft/summary.json" ]]; then

@@ -12,6 +12,14 @@ or the folder holding the checkout, so nothing machine-specific is committed.
 ``--with-adapter`` also keeps the run's LoRA adapter (adapter/adapter_model.safetensors and its config, the
 base model's path replaced by the run's ``--model``), so ``spectrum-rft sft --from-adapter`` can restore a
 warm start exactly elsewhere (an SFT adapter of SmolLM2-135M, r16 on every layer, is ~19 MB).
+
+    python scripts/record_runs.py --with-checkpoint results/memory-evidence5 runs/evidence5/grpo/weak-scaffold-s2
+
+``--with-checkpoint`` keeps, for a run that has not finished (no summary.json), what ``train --resume`` needs of
+its newest TRL checkpoint (``trl/checkpoint-N``: the LoRA weights, optimiser, scheduler, RNG and trainer state;
+~16 MB for an evidence run), as ``checkpoint-N/`` beside its logs, so that the evidence script's ``restore``
+stage lets the run go on from step N on another machine (``runs/`` is not kept between machines). A run's
+older recorded checkpoint is removed; so is every recorded checkpoint of a run recorded finished.
 """
 
 from __future__ import annotations
@@ -22,13 +30,30 @@ import sys
 import tempfile
 from pathlib import Path
 
+from spectrum_rft.training.trl_common import latest_checkpoint  # stdlib only: no training extra needed
+
+# what `train --resume` reads of a TRL checkpoint (Trainer: weights, optimiser, scheduler, RNG, state); the
+# tokenizer and chat template come from the run's --model
+CHECKPOINT_FILES = ("adapter_model.safetensors", "adapter_config.json", "optimizer.pt", "scheduler.pt",
+                    "rng_state.pth", "trainer_state.json", "training_args.bin")
 FILES = ("config.json", "code_revision.json", "summary.json", "metrics.jsonl", "rollouts.jsonl",
          "eval.jsonl", "evaluator.json", "items.json")  # the last three: GSM8K card runs (with eval/*.jsonl)
 
 
+def names_a_machine_path(src: Path) -> bool:
+    """Whether the text file names the home folder, the temp folder or the folder holding this checkout
+    (machine-specific); says so on stderr."""
+    text = src.read_text()
+    for bad in (str(Path.home()), tempfile.gettempdir(), str(Path.cwd().resolve().parent)):
+        if len(bad) > 1 and bad + "/" in text:
+            print(f"{src}: names a machine path ({bad}...); fix the record first", file=sys.stderr)
+            return True
+    return False
+
+
 def main(argv: list[str]) -> int:
-    with_adapter = "--with-adapter" in argv
-    argv = [a for a in argv if a != "--with-adapter"]
+    with_adapter, with_checkpoint = "--with-adapter" in argv, "--with-checkpoint" in argv
+    argv = [a for a in argv if a not in ("--with-adapter", "--with-checkpoint")]
     if len(argv) < 2:
         print(__doc__, file=sys.stderr)
         return 2
@@ -43,12 +68,8 @@ def main(argv: list[str]) -> int:
             src = run / name
             if not src.is_file():
                 continue
-            text = src.read_text()
-            # the home folder, the temp folder and the folder holding this checkout: machine-specific
-            for bad in (str(Path.home()), tempfile.gettempdir(), str(Path.cwd().resolve().parent)):
-                if len(bad) > 1 and bad + "/" in text:
-                    print(f"{src}: names a machine path ({bad}...); fix the record first", file=sys.stderr)
-                    return 1
+            if names_a_machine_path(src):
+                return 1
             shutil.copyfile(src, out / name)
         if with_adapter and (run / "adapter" / "adapter_model.safetensors").is_file():
             (out / "adapter").mkdir(exist_ok=True)
@@ -56,6 +77,26 @@ def main(argv: list[str]) -> int:
             config = json.loads((run / "adapter" / "adapter_config.json").read_text())
             config["base_model_name_or_path"] = json.loads((run / "config.json").read_text())["model"]
             (out / "adapter" / "adapter_config.json").write_text(json.dumps(config, indent=2) + "\n")
+        finished = (run / "summary.json").is_file()
+        found = None if finished or not with_checkpoint else latest_checkpoint(run)
+        newest = found[0] if found else None
+        for old in out.glob("checkpoint-*"):  # a finished run's, or one older than the newest
+            if old.is_dir() and (finished or (newest is not None and old.name != newest.name)):
+                shutil.rmtree(old)
+        if with_checkpoint and not finished and newest is None:
+            print(f"{run}: not finished and no checkpoint (trl/checkpoint-N) to keep", file=sys.stderr)
+            return 1
+        if newest is not None:
+            missing = [f for f in CHECKPOINT_FILES if not (newest / f).is_file()]
+            if missing:
+                print(f"{newest}: no {', '.join(missing)}; not a checkpoint train --resume can use", file=sys.stderr)
+                return 1
+            if any(names_a_machine_path(newest / f) for f in CHECKPOINT_FILES if f.endswith(".json")):
+                return 1
+            (out / newest.name).mkdir(exist_ok=True)
+            for f in CHECKPOINT_FILES:
+                shutil.copyfile(newest / f, out / newest.name / f)
+            print(f"{run}: unfinished, its {newest.name} kept for train --resume")
         print(f"{run} -> {out}")
     return 0
 

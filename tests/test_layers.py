@@ -326,6 +326,36 @@ def test_one_model_loop(tmp_path):
     assert _model_loops({"spectrum_rft.tools.second_loop": probe}) == ["spectrum_rft.tools.second_loop:5"]
 
 
+# a scripted policy driven through an episode outside the driver: a loop that asks a policy for a report
+# (``act``) and hands it to the env (``step``, ``call_tool``, a TRL tool method)
+POLICY_CALLS, ENV_CALLS = {"act", "act_on"}, {"step", "call_tool", "submit_report", "call"}
+
+
+def _policy_loops(files: dict[str, Path]) -> list[str]:
+    out = []
+    for name, path in files.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
+                called = {getattr(c.func, "attr", getattr(c.func, "id", None)) for c in ast.walk(node)
+                          if isinstance(c, ast.Call)}
+                if called & POLICY_CALLS and called & ENV_CALLS:
+                    out.append(f"{name}:{node.lineno}")
+    return out
+
+
+def test_scripted_policies_play_through_the_driver(tmp_path):
+    """The audit, bench90 and the TRL data builders play their scripted policies through the episode driver
+    (``rollouts.driver.drive_now`` with ``baselines.policies.ScriptedModel``): no module loops over an
+    episode asking a policy for reports itself."""
+    files = {**MODULES, **{f"spectrum_memory.{p.stem}": p for p in HARNESS.glob("*.py")},
+             **{f"spectrum_openenv.{p.stem}": p for p in OPENENV.glob("*.py")}}
+    assert _policy_loops(files) == []
+    probe = tmp_path / "second_loop.py"
+    probe.write_text("def run(env, policy, obs):\n    while not obs['done']:\n        policy.observe(obs)\n"
+                     "        obs, *_ = env.step(policy.act())\n")
+    assert _policy_loops({"spectrum_rft.baselines.second_loop": probe}) == ["spectrum_rft.baselines.second_loop:2"]
+
+
 def test_the_one_definition_check_sees_a_copy(tmp_path):
     values = _one_definition_values()
     probe = tmp_path / "spectrum_rft" / "tools"

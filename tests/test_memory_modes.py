@@ -48,7 +48,7 @@ def _play(row: dict) -> tuple[dict, list[list[dict]], list[dict]]:
         return await policy(messages, tools)
 
     async def main():
-        ep = InProcessEpisode(row["id"], {"environment_context": row["environment_context"]})
+        ep = InProcessEpisode.for_row(row["id"], {"environment_context": row["environment_context"]})
         opening = await ep.start()
         transcript = [{"role": "system", "content": opening.system_prompt}]
         await drive(ep, opening, transcript, ModelCaller(request, tries=1), CallStats())

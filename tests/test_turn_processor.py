@@ -518,7 +518,7 @@ names = st.sampled_from(["submit_report", "notepad_read", "notepad_write", "othe
        messages=st.lists(st.lists(st.tuples(names, arguments), min_size=0, max_size=4), min_size=1, max_size=8))
 def test_arbitrary_tool_calls_never_crash_the_loop(mode, messages):
     row = make_rows(1, memory_mode=mode, prefix="prop")[0]
-    ep = InProcessEpisode(row["id"], row["environment_context"])
+    ep = InProcessEpisode.for_row(row["id"], row["environment_context"])
     env = ep.env
     asyncio.run(ep.start())
     transcript: list[dict] = []

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from spectrum_rft.baselines.policies import is_memory_free, make_policy, oracle_report
+from spectrum_rft.baselines.policies import ScriptedModel, is_memory_free, make_policy
 from spectrum_rft.common.stats import mean, mean_or, standard_error
-from spectrum_rft.task.scan_format import parse_scan
+from spectrum_rft.rollouts.driver import drive_now, refusals
+from spectrum_rft.rollouts.episode import InProcessEpisode
 from spectrum_rft.task.config import EnvConfig
 from spectrum_rft.task.environment import SpectrumEnv
 from spectrum_rft.task.presets import get_preset
@@ -22,26 +23,17 @@ from spectrum_rft.task.seeding import seed_for_row
 
 
 def run_episode(env: SpectrumEnv, policy_name: str, seed: int, history: bool = True) -> dict:
-    """Play one episode with a scripted policy and return ``env.metrics()``.
+    """Play one episode with a scripted policy (:class:`~spectrum_rft.baselines.policies.ScriptedModel`
+    through the episode driver, in process) and return ``env.metrics()``.
 
     ``history=True`` lets the policy remember every scan it has read (an ICL-style agent); with False
     it is rebuilt each scan and sees only the current one (plus whatever echo the memory mode renders).
+    A report the env refuses is an error: a reference policy must always report validly.
     """
-    obs, _ = env.reset(seed=seed)
-    policy = make_policy(policy_name, seed)
-    while not obs["done"]:
-        if policy is None:
-            action = oracle_report(env.truth())
-        else:
-            parsed = parse_scan(obs["prompt"])
-            assert parsed is not None, "the environment rendered an unparseable scan"
-            if not history:
-                policy = make_policy(policy_name, seed + env.scan_index)
-            policy.observe(parsed)
-            action = policy.act()
-        obs, _, _, _, info = env.step(action)
-        if not info["advanced"]:
-            raise RuntimeError(f"{policy_name} produced an invalid report: {info['error']}")
+    stats = drive_now(InProcessEpisode(env, seed), ScriptedModel(policy_name, seed, history=history))
+    refused = refusals(stats)
+    if refused:
+        raise RuntimeError(f"{policy_name} produced an invalid report: {refused[0]}")
     return env.metrics()
 
 

@@ -30,11 +30,14 @@ or composite) must not beat the memoryless one by much, and accumulation must be
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 from typing import Sequence
 
 import numpy as np
 
+from spectrum_rft.rollouts.model_calls import Reply
 from spectrum_rft.task.presets import TX_WIDTH
 from spectrum_rft.task.scan_format import ParsedScan, parse_scan  # noqa: F401 (re-exported: what policies read)
 
@@ -219,3 +222,45 @@ def make_policy(name: str, seed: int = 0) -> Policy | None:
         return Padded(simple[base](), rnd or carpet or shift or dup, int(k) if k else None,
                       float(s) if s else 0.0, seed)
     raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(POLICY_NAMES)}")
+
+
+class ScriptedModel:
+    """A scripted policy as the episode driver's model (:func:`spectrum_rft.rollouts.driver.drive_now`), in
+    this process and stateful: at each new scan it parses the scan text the driver just showed (the newest
+    message that is a scan), observes it once and answers with one ``submit_report`` call.
+
+    ``history=True`` keeps one policy for the episode (it remembers every scan it read: an ICL-style agent);
+    False makes it anew for each scan, seeded ``seed + scan``, so it knows only the scan in front of it (plus
+    what the memory mode renders in it). ``read_echo=False``: the policy ignores the env's echo of its
+    previous report (the TRL adapter's prefix, so the real arm and its scrambled control submit the same
+    prefix); ``widths=False``: it reports centres only, widths left to the env's default (as the TRL warm
+    start is taught to). ``oracle`` reports the episode env's truth (privileged: an in-process episode's
+    ``env``)."""
+
+    def __init__(self, name: str, seed: int = 0, *, history: bool = True, read_echo: bool = True,
+                 widths: bool = True):
+        self.name, self.seed, self.history, self.read_echo, self.widths = name, seed, history, read_echo, widths
+        self.policy = make_policy(name, seed)  # unknown names fail loudly
+        self.seen: int | None = None  # the scan (0-based) last observed
+        self.calls = 0
+
+    async def __call__(self, messages: list[dict], tools: list[dict], ep, stats):
+        if self.policy is None:
+            action = oracle_report(ep.env.truth())
+        else:
+            if ep.scan != self.seen:
+                scan = next((sc for m in reversed(messages) if isinstance(m.get("content"), str)
+                             and (sc := parse_scan(m["content"])) is not None), None)
+                if scan is None:
+                    raise ValueError(f"{self.name}: no scan in the messages the driver sent")
+                if not self.history:
+                    self.policy = make_policy(self.name, self.seed + ep.scan)
+                self.policy.observe(scan if self.read_echo else dataclasses.replace(scan, echo=None))
+                self.seen = ep.scan
+            action = self.policy.act()
+        if not self.widths:
+            action = {"center_freqs": action["center_freqs"]}
+        self.calls += 1
+        call = {"id": f"call_{self.calls}", "type": "function",
+                "function": {"name": "submit_report", "arguments": json.dumps(action)}}
+        return Reply({"role": "assistant", "content": "", "tool_calls": [call]}, {})

@@ -13,6 +13,8 @@ In the shape of verifiers' ``MultiTurnEnv.rollout``::
 :func:`drive` is that loop, written once: the evaluator's rollout processor (both transports,
 :mod:`spectrum_rft.rollouts.loop`) calls it with its episode (:mod:`spectrum_rft.rollouts.episode`) and its
 model (:class:`ModelCaller` around litellm: retries and failure causes, :mod:`spectrum_rft.rollouts.model_calls`);
+:func:`drive_now` runs it at once for an in-process episode and an in-process scripted model
+(:class:`spectrum_rft.baselines.policies.ScriptedModel`: the audit, bench90, the TRL adapter's scan prefix);
 :func:`play` is a whole rollout around it for a transport outside eval-protocol (the verifiers harness in
 ``environments/spectrum_memory``, the OpenEnv client in ``environments/spectrum_openenv``): the episode, an
 OpenAI-shaped ``request``, and what the evaluator records of a model that never answered. The rules it keeps
@@ -29,7 +31,7 @@ from typing import Any, Awaitable, Callable
 
 from spectrum_rft.rollouts.dataset import FIRST_USER_MESSAGE
 from spectrum_rft.rollouts.episode import Episode, Opening
-from spectrum_rft.rollouts.model_calls import (CallStats, ModelCaller, RolloutConfigError, model_failure,
+from spectrum_rft.rollouts.model_calls import (CallStats, ModelCaller, Reply, RolloutConfigError, model_failure,
                                                model_failure_message)
 from spectrum_rft.task.memory import memory_mode
 from spectrum_rft.task.window import window
@@ -122,6 +124,35 @@ async def drive(ep: Episode, opening: Opening, transcript: list[dict], model: Mo
             nudge = await ep.no_tool_call()
             if nudge:
                 transcript.append({"role": "user", "content": nudge})
+
+
+def drive_now(ep: Episode, model: Callable[..., Awaitable[Reply | None]], *,
+              transcript: list[dict] | None = None) -> CallStats:
+    """Start ``ep`` and :func:`drive` it to its end at once, for an episode and a model that never wait (the
+    env in this process, a scripted policy in this process: the audit, bench90, the TRL adapter's scan
+    prefix), with or without a running event loop (TRL may call from inside one). ``transcript``: the opening
+    messages (None: the system prompt); it receives the rest. Returns the call statistics, whose ``extras``
+    hold the env's verdict on every tool call (``control_plane_step``)."""
+    stats = CallStats()
+
+    async def run() -> None:
+        opening = await ep.start()
+        messages = [{"role": "system", "content": opening.system_prompt}] if transcript is None else transcript
+        await drive(ep, opening, messages, model, stats)  # type: ignore[arg-type]  (a ModelCaller's shape)
+
+    coro = run()
+    try:
+        coro.send(None)  # nothing in it waits, so it runs to its end here
+    except StopIteration:
+        return stats
+    coro.close()
+    raise RuntimeError("drive_now: the episode or the model waited on something; drive it in an event loop")
+
+
+def refusals(stats: CallStats) -> list[str]:
+    """The env's error for every tool call it refused in a :func:`drive` (from ``stats.extras``)."""
+    return [x["control_plane_step"]["error"] for x in stats.extras.values()
+            if "control_plane_step" in x and not x["control_plane_step"]["ok"]]
 
 
 @dataclass

@@ -68,23 +68,35 @@ class Episode(Protocol):
 
 
 class InProcessEpisode:
-    """The env itself, in this process. Scans arrive as user messages."""
+    """The env itself, in this process. Scans arrive as user messages (unless told otherwise)."""
 
-    scans_in_tool_results = False
-
-    def __init__(self, row_id: str, dataset_info: dict | None):
-        self.env, self.seed = env_for_row(row_id, dataset_info)
+    def __init__(self, env: SpectrumEnv, seed: int | None, *, until: int | None = None,
+                 scans_in_tool_results: bool = False):
+        """An episode over ``env``. ``seed``: what ``start`` resets the env with; None: the env is already
+        open (a caller's own env: the TRL adapter's) and the episode goes on from its open scan. ``until``:
+        the episode is done for the driver once scan ``until`` (0-based) is open. ``scans_in_tool_results``:
+        each next scan rides in the result that closed the scan before (as TRL and the MCP path show it)
+        instead of a user message."""
+        self.env, self.seed, self.until = env, seed, until
+        self.scans_in_tool_results = scans_in_tool_results
         self.done, self.scan, self.prompt = False, 0, ""
+
+    @classmethod
+    def for_row(cls, row_id: str, dataset_info: dict | None) -> "InProcessEpisode":
+        """The episode of a dataset row: its env and seed (:func:`~spectrum_rft.task.environment.env_for_row`)."""
+        return cls(*env_for_row(row_id, dataset_info))
 
     def _sync(self) -> None:
         env = self.env
         scan = env.scan_index
         if scan != self.scan or not self.prompt:
             self.prompt = env.observation()["prompt"]
-        self.done, self.scan = env.done, scan
+        self.done, self.scan = env.done or (self.until is not None and scan >= self.until), scan
 
     async def start(self) -> Opening:
-        self.env.reset(self.seed)
+        if self.seed is not None:
+            self.env.reset(self.seed)
+        self.prompt = ""
         self._sync()
         return opening_of(self.env)
 

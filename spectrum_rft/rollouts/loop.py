@@ -292,4 +292,4 @@ class SpectrumRolloutProcessor(RolloutProcessor):
 
 @contextlib.asynccontextmanager
 async def in_process_episode(row: EvaluationRow) -> AsyncIterator[InProcessEpisode]:
-    yield InProcessEpisode(row.input_metadata.row_id, row.input_metadata.dataset_info)
+    yield InProcessEpisode.for_row(row.input_metadata.row_id, row.input_metadata.dataset_info)

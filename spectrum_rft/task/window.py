@@ -106,13 +106,30 @@ def window(messages: Sequence[M], memory_mode: str, token_budget: int | None = N
             body = body[cut:]
         msgs = head + body
     if not history:
-        ids = report_call_ids(msgs)
-        start = next((i for i in range(len(msgs) - 1, -1, -1) if is_scan_message(msgs[i], ids)), None)
+        start = _newest_scan(msgs)
         if start is not None:
             start = _turn_start(msgs, start)
-            head = [m for m in msgs[:start] if _get(m, "role") == "system"][:1]
+            head = next(([m] for m in msgs[:start] if _get(m, "role") == "system"), [])
             msgs = head + msgs[start:]
     return [_without_think(m) for m in msgs]
+
+
+def _newest_scan(msgs: Sequence[Any]) -> int | None:
+    """The index of the newest message that carries a scan (:func:`is_scan_message`), or None. The ids of the
+    ``submit_report`` calls are collected only when a tool message is a candidate (the in-process path's
+    newest scan is a user message: one look back, not one pass over the conversation per model call)."""
+    ids: set | None = None
+    for i in range(len(msgs) - 1, -1, -1):
+        m = msgs[i]
+        role = _get(m, "role")
+        if role not in ("user", "tool") or not is_scan_text(_text(_get(m, "content"))):
+            continue
+        if role == "tool":
+            ids = report_call_ids(msgs) if ids is None else ids
+            if _get(m, "tool_call_id") not in ids:
+                continue
+        return i
+    return None
 
 
 def _turn_start(msgs: Sequence[Any], i: int) -> int:

@@ -53,11 +53,12 @@ def env_config(system: str, prompt: str = "weak") -> EnvConfig:
 
 
 def play_policy(policy: str, system: str, run: int, prompt: str = "weak") -> list[dict]:
-    """A scripted policy played directly on the environment (no litellm, no dialogue loop); returns the
-    env's per-scan records. The policy reads exactly what the model would under ``system``: the current
-    scan (``stateless``), every scan so far (``icl``, no token budget), the echo (``scaffold``), or the
-    current scan with its notepad (``icl_notepad``: the policy answers messages, so the episode driver plays it,
-    :func:`spectrum_rft.baselines.policy_models.policy_request` as the model). The privileged oracle is handed
+    """A scripted policy played on the environment in this process, through the episode driver (no litellm);
+    returns the env's per-scan records. The policy reads exactly what the model would under ``system``: the
+    current scan (``stateless``), every scan so far (``icl``, no token budget), the echo (``scaffold``): the
+    audit's :func:`~spectrum_rft.baselines.audit.run_episode`; or the current scan with its notepad
+    (``icl_notepad``: the policy answers messages, notepad calls included, so
+    :func:`spectrum_rft.baselines.policy_models.policy_request` is the model). The privileged oracle is handed
     the truth of the env played here."""
     from spectrum_rft.baselines import policies as sp  # noqa: PLC0415
     from spectrum_rft.baselines.audit import run_episode  # noqa: PLC0415
@@ -71,7 +72,7 @@ def play_policy(policy: str, system: str, run: int, prompt: str = "weak") -> lis
     from spectrum_rft.baselines.policy_models import policy_request  # noqa: PLC0415  (litellm: only for this system)
 
     context = {**env.config.to_dict(), "seed": check_run(run)}
-    ep = InProcessEpisode(f"bench90-run{run}", {"environment_context": context})
+    ep = InProcessEpisode.for_row(f"bench90-run{run}", {"environment_context": context})
 
     async def play() -> None:
         opening = await ep.start()

@@ -49,7 +49,7 @@ class SpectrumHarness(vf.Harness[SpectrumHarnessConfig]):
     async def launch(self, ctx: vf.ModelContext, trace: vf.Trace, runtime: vf.Runtime, endpoint: str, secret: str,
                      mcp_urls: dict[str, str], data: vf.TaskData,
                      tool_interception_url: str | None = None) -> vf.ProgramResult:
-        episode = InProcessEpisode(str(data.id), {"environment_context": dict(data.environment_context)})
+        episode = InProcessEpisode.for_row(str(data.id), {"environment_context": dict(data.environment_context)})
         system, prompt = self.resolve_prompt(data)
         transcript = [{"role": "system", "content": system or episode.env.system_prompt()}]
         if isinstance(prompt, str) and prompt:

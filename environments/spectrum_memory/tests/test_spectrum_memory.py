@@ -74,7 +74,7 @@ class Scripted:
 
 def _episode(memory_mode: str, answer, **ctx):
     task = _tasks(rows=1, memory_mode=memory_mode, salt="w")[0]
-    episode = InProcessEpisode(task.data.id, {"environment_context": {**task.data.environment_context, **ctx}})
+    episode = InProcessEpisode.for_row(task.data.id, {"environment_context": {**task.data.environment_context, **ctx}})
     model = Scripted(answer)
     transcript = [{"role": "system", "content": task.data.system_prompt}, {"role": "user", "content": task.data.prompt}]
     played = asyncio.run(play(episode, model, transcript=transcript, tries=1))  # one try: every reply reaches the env
@@ -123,7 +123,7 @@ def test_a_model_that_never_answers_is_an_error_with_its_cause():
         raise openai.APIConnectionError(request=httpx.Request("POST", "http://127.0.0.1:9/v1"))
 
     task = _tasks(rows=1, salt="w")[0]
-    episode = InProcessEpisode(task.data.id, {"environment_context": task.data.environment_context})
+    episode = InProcessEpisode.for_row(task.data.id, {"environment_context": task.data.environment_context})
     played = asyncio.run(play(episode, fail, transcript=[{"role": "system", "content": "s"}], tries=2,
                               backoff_base=0.001, backoff_max=0.002, endpoint="http://127.0.0.1:9/v1"))
     assert played.stats.model_calls == 0 and played.stats.llm_requests == 2 and played.stats.cause == "error"
@@ -148,7 +148,7 @@ def test_a_failed_scan_is_skipped_and_the_rollout_goes_on():
         return await report(messages, tools)
 
     task = _tasks(rows=1, salt="w")[0]
-    episode = InProcessEpisode(task.data.id, {"environment_context": task.data.environment_context})
+    episode = InProcessEpisode.for_row(task.data.id, {"environment_context": task.data.environment_context})
     played = asyncio.run(play(episode, flaky, transcript=[{"role": "system", "content": "s"}], tries=2,
                               backoff_base=0.001, backoff_max=0.002))
     m = episode.env.metrics()

@@ -19,12 +19,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from spectrum_rft.baselines.policies import ScriptedModel
 from spectrum_rft.rollouts.dataset import make_rows
+from spectrum_rft.rollouts.driver import drive_now
 from spectrum_rft.task.memory import memory_mode as get_memory_mode
 from spectrum_rft.task.presets import get_preset
 from spectrum_rft.task.seeding import seed_for_row
-from spectrum_rft.training.spectrum.trl_env import (ECHO_HISTORIES, memoryless_report, scan_prompt, tool_env_class,
-                                                     tool_env_for, tool_names)
+from spectrum_rft.training.spectrum.trl_env import (ECHO_HISTORIES, scan_prompt, tool_env_class, tool_env_for,
+                                                     tool_names)
 
 EPISODES = ("scan", "full")
 FINAL_REPLY = "Done."  # what the SFT data answers after the rollout's last tool result
@@ -103,20 +105,26 @@ def _call(name: str, arguments: dict) -> dict:
 
 
 def sft_conversation(row: dict) -> dict:
-    """One row played by the memoryless policy through the adapter: ``messages`` (the GRPO prompt with the
-    scan text TRL would append, each report as a ``submit_report`` call, the env's replies as tool messages,
-    then :data:`FINAL_REPLY`), ``tools`` (JSON, as TRL renders them) and the score the env gave."""
+    """One row played by the memoryless policy through the episode driver (:func:`.trl_env.memoryless_report`'s
+    reports: centres only) on the TRL adapter's rollout, in TRL's messages: ``messages`` (the GRPO prompt with
+    the scan text TRL would append, each report as a ``submit_report`` call, the env's replies as tool
+    messages, each next scan in the reply that closed the scan before, then :data:`FINAL_REPLY`), ``tools``
+    (JSON, as TRL renders them) and the score the env gave."""
     env = tool_env_for(row)
-    obs = env.reset(**row)
+    env.reset(**row)
+    transcript: list[dict] = []
+    drive_now(env.episode(), ScriptedModel("memoryless", widths=False), transcript=transcript)
     system, user = row["prompt"]
-    messages = [system, {**user, "content": user["content"] + obs}]
-    text = obs
-    for _ in range(env.metrics()["n_scans"]):  # one report per scan at most
-        args = memoryless_report(text)
-        text = env.submit_report(**args)
-        messages += [_call("submit_report", args), {"role": "tool", "name": "submit_report", "content": text}]
-        if env.done:
-            break
+    first, *rest = transcript  # the open scan, which TRL appends to the row's user message
+    messages = [system, {**user, "content": user["content"] + first["content"]}]
+    names = {}
+    for m in rest:
+        if m["role"] == "assistant":
+            for c in m["tool_calls"]:
+                names[c["id"]] = c["function"]["name"]
+                messages.append(_call(c["function"]["name"], json.loads(c["function"]["arguments"])))
+        else:
+            messages.append({"role": "tool", "name": names[m["tool_call_id"]], "content": m["content"]})
     messages.append({"role": "assistant", "content": FINAL_REPLY})
     return {"messages": messages, "tools": json.dumps(tool_schemas_of(env)), "score": env.metrics()["score"],
             "row_id": row["row_id"]}

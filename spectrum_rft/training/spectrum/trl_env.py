@@ -54,14 +54,15 @@ trl is pinned (1.16.0, the ``train`` extra); ``tests/test_trl_train.py`` runs th
 from __future__ import annotations
 
 import copy
-import dataclasses
 import functools
 import inspect
 from collections.abc import Callable
 from typing import Any
 
-from spectrum_rft.baselines.policies import make_policy
+from spectrum_rft.baselines.policies import ScriptedModel, make_policy
 from spectrum_rft.common.stats import half_of, mean
+from spectrum_rft.rollouts.driver import drive_now
+from spectrum_rft.rollouts.episode import InProcessEpisode
 from spectrum_rft.task.environment import SpectrumEnv, env_for_row
 from spectrum_rft.task.instructions import tool_schemas
 from spectrum_rft.task.memory import MEMORY_MODES
@@ -94,12 +95,8 @@ def play_prefix(env: SpectrumEnv, n: int, history: str = "accumulate") -> None:
     scrambled control (echo: random centres of the same count) submit identical prefixes."""
     if history not in ECHO_HISTORIES:
         raise ValueError(f"unknown echo_history {history!r}; choose one of {', '.join(ECHO_HISTORIES)}")
-    policy = make_policy(history)
-    for _ in range(n):
-        scan = parse_scan(env.observation()["prompt"])
-        policy.observe(dataclasses.replace(scan, echo=None))
-        action = policy.act()
-        env.call_tool("submit_report", {"center_freqs": action["center_freqs"]}, first=True, last=True)
+    drive_now(InProcessEpisode(env, None, until=env.scan_index + n),
+              ScriptedModel(history, read_echo=False, widths=False))
 
 
 def scan_metrics(env: SpectrumEnv, scan: int, reference: float | None = None) -> dict:
@@ -256,6 +253,13 @@ class ToolEnv:
         if not self._scan:
             return {**env.metrics(), "row_id": self._row_id, "scan": 0}
         return {**scan_metrics(env, self._scan, self._reference), "row_id": self._row_id, "scan": self._scan}
+
+    @not_a_tool
+    def episode(self) -> InProcessEpisode:
+        """The open rollout as the episode driver plays it (:func:`~spectrum_rft.rollouts.driver.drive_now`):
+        its env from the open scan on, done when the rollout is, each next scan in the result that closed the
+        scan before (the text :meth:`call` answers)."""
+        return InProcessEpisode(self._started(), None, until=self._scan or None, scans_in_tool_results=True)
 
     def _started(self) -> SpectrumEnv:
         if self._env is None:
