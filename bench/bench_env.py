@@ -1,5 +1,7 @@
 """Environment throughput: a scripted policy end to end (generation + rendering + the policy reading the
-text + validation + scoring + metrics) against the environment alone, single process, same episodes.
+text + validation + scoring + metrics, played through the episode driver as the audit plays it: the
+transcript, the tool call's JSON and the tool result's text included) against the environment alone, single
+process, same episodes.
 
     python bench/bench_env.py [--episodes 3000] [--preset default] [--policy accumulate] [--repeats 3]
 
