@@ -1,7 +1,8 @@
 """The episode a transport carries: one rollout's :class:`SpectrumEnv`, as the episode driver reaches it.
 
 An :class:`Episode` only *carries* text and tool calls to one env and its answers back:
-:class:`InProcessEpisode` holds the env itself (the in-process path, the verifiers harness),
+:class:`InProcessEpisode` holds the env itself (the in-process path, the verifiers harness, and the scripted
+policies of the audit, bench90 and the TRL data builders),
 :class:`spectrum_rft.rollouts.mcp_client.McpEpisode` reaches it over one MCP connection. The env decides
 everything (what a call does, what an unknown tool gets, when the call budget closes a scan, what the model
 is told). Imports neither litellm nor eval-protocol.
