@@ -69,6 +69,8 @@ has() { [[ " $STAGES " == *" $1 "* ]]; }
 pids=()
 settle() { local p; for p in "${pids[@]}"; do wait "$p" || echo "a job failed (pid $p; see its log)" >&2; done; pids=(); }
 
+# the step of the newest checkpoint-N folder in a folder ("" if none)
+newest_checkpoint() { { ls -d "$1"/checkpoint-* 2>/dev/null || true; } | sed 's/.*checkpoint-//' | sort -n | tail -1; }
 if has restore && [[ -f "$RECORD/sft/adapter/adapter_model.safetensors" ]]; then
   mkdir -p "$OUT/grpo"
   [[ -f "$OUT/sft/summary.json" ]] || srft sft --overwrite --out "$OUT/sft" --from-adapter "$RECORD/sft/adapter" > "$OUT/sft.log" 2>&1
@@ -82,11 +84,11 @@ if has restore && [[ -f "$RECORD/sft/adapter/adapter_model.safetensors" ]]; then
     fi
     # an unfinished one recorded with its newest checkpoint (record_runs --with-checkpoint): the grpo stage's
     # --resume goes on from it, unless this machine's own run of it is as far or further
-    ckpt=$(find "$rec" -maxdepth 1 -type d -name 'checkpoint-*' | sort -t- -k2 -n | tail -1)
-    [[ -n "$ckpt" ]] || continue
-    have=$(find "$run/trl" -maxdepth 1 -type d -name 'checkpoint-*' 2>/dev/null | sed 's/.*checkpoint-//' | sort -n | tail -1)
-    (( ${have:-0} >= ${ckpt##*checkpoint-} )) && continue
-    mkdir -p "$run/trl" && cp -r "$ckpt" "$run/trl/"
+    step=$(newest_checkpoint "$rec")
+    [[ -n "$step" ]] || continue
+    have=$(newest_checkpoint "$run/trl")
+    (( ${have:-0} >= step )) && continue
+    mkdir -p "$run/trl" && cp -r "$rec/checkpoint-$step" "$run/trl/"
     for f in config.json code_revision.json metrics.jsonl rollouts.jsonl; do cp "$rec/$f" "$run/$f"; done
   done
   # the panel's finished scans (RECORD/panel, as recorded after the panel stage): not scanned again
