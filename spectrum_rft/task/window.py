@@ -121,12 +121,11 @@ def _newest_scan(msgs: Sequence[Any]) -> int | None:
     ids: set | None = None
     for i in range(len(msgs) - 1, -1, -1):
         m = msgs[i]
-        role = _get(m, "role")
-        if role not in ("user", "tool") or not is_scan_text(_text(_get(m, "content"))):
+        if not is_scan_message(m):  # None: any tool message with the header passes this first look
             continue
-        if role == "tool":
+        if _get(m, "role") == "tool":
             ids = report_call_ids(msgs) if ids is None else ids
-            if _get(m, "tool_call_id") not in ids:
+            if not is_scan_message(m, ids):
                 continue
         return i
     return None
