@@ -2,4 +2,5 @@
 
 from spectrum_rft.tools.cli import main
 
-raise SystemExit(main())
+if __name__ == "__main__":  # not when a worker process (vLLM's engine, spawned) imports this module again
+    raise SystemExit(main())

@@ -147,3 +147,20 @@ def test_scan_eval_device_cuda_without_a_gpu_is_one_line(tmp_path, capsys):
     assert S.main(["--model", str(tmp_path), "--device", "cuda", "--scans", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["spectrum-rft scan-eval: --device cuda: torch sees no CUDA device here"]
+
+
+def test_the_vllm_engine_without_vllm_is_one_line(tmp_path, capsys):
+    """``--engine vllm`` where vLLM is not installed (the main venv): one line that says how to get it, exit 2,
+    before any model is loaded; the same for serve-hf. (The engine itself: tests_vllm/, in the vLLM venv.)"""
+    import importlib.util
+
+    from spectrum_rft.training.spectrum import serve
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here")
+    (tmp_path / "config.json").write_text("{}")
+    assert S.main(["--model", str(tmp_path), "--engine", "vllm", "--scans", "1"]) == 2
+    assert serve.main(["--model", str(tmp_path), "--engine", "vllm"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all("--engine vllm: vLLM is not installed in this environment" in e for e in err), err
+    assert err[0].startswith("spectrum-rft scan-eval:") and err[1].startswith("spectrum-rft serve-hf:")

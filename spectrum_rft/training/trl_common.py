@@ -116,6 +116,44 @@ def grpo_args(cfg: GrpoRunConfig, out: Path, *, micro_batch: int, accumulation: 
 LLAMA_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
+def merged_weights(model) -> list[tuple[str, Any]]:
+    """The weights a sampler of ``model`` needs, under their checkpoint names: for a peft (LoRA) model the
+    base weights with the adapter merged in, copied, the model left unmerged as it was; else the model's
+    own parameters."""
+    if not hasattr(model, "merge_adapter"):
+        return [(name, p.detach()) for name, p in model.named_parameters()]
+    model.merge_adapter()
+    try:
+        return [(name.removeprefix("base_model.model.").replace(".base_layer", ""), p.detach().clone())
+                for name, p in model.named_parameters() if model.prefix not in name]
+    finally:
+        model.unmerge_adapter()
+
+
+def sync_vllm_in_place(trainer) -> bool:
+    """Colocated vLLM on vLLM's CPU backend: TRL's weight sync hands vLLM one parameter at a time to its
+    model's ``load_weights``, but the CPU backend has re-packed every linear layer's weight for its GEMM
+    kernels and dropped the parameter (``'Parameter' object has no attribute 'weight_loader'``). This
+    replaces the trainer's sync with vLLM's own in-place reload (the worker's ``reload_weights``, weights in
+    checkpoint format: vLLM restores each layer, loads and re-packs it), fed the merged weights. Elsewhere
+    (CUDA) TRL's sync is kept. True when it replaced it."""
+    gen = getattr(trainer, "vllm_generation", None)
+    if gen is None or getattr(gen, "mode", None) != "colocate":
+        return False
+    from vllm.platforms import current_platform  # noqa: PLC0415
+
+    if not current_platform.is_cpu():
+        return False
+
+    def sync() -> None:
+        weights = merged_weights(trainer.accelerator.unwrap_model(trainer.model))
+        gen.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights), "is_checkpoint_format": True})
+        gen.llm.reset_prefix_cache()
+
+    gen.sync_weights = sync
+    return True
+
+
 def lora_config(rank: int, alpha: int, *, top_layers: int = 0, n_layers: int = 0):
     """The LoRA of every run: every linear layer of the decoder (not the LM head), no dropout. ``top_layers``
     (of ``n_layers``): only the top N decoder layers (backward then stops below them); peft takes a layer

@@ -34,7 +34,7 @@ from spectrum_rft.training.provenance import (append_jsonl, code_revision, evalu
 from spectrum_rft.training.sc_options import check_loss_options
 from spectrum_rft.training.trl_common import (GrpoRunConfig, grpo_args, load_model, load_tokenizer, log_callback,
                                               lora_config, parse_or_say, portable_path, save_model, start_process,
-                                              start_record)
+                                              start_record, sync_vllm_in_place)
 
 CARD_PRESETS = ("card",)  # the design card's settings (not the env's band presets, spectrum_rft.task.presets)
 
@@ -298,6 +298,7 @@ def run_card(cfg: CardConfig, reward: Callable | None = None, sampler: Any = Non
                    greedy_eval_callback(out, cfg, tok, test, eos_ids, evaluator["evaluator_id"], resumed=ckpt is not None)],
         loss_kind=cfg.loss, score_centering=cfg.score_centering, topk=cfg.topk,
         sampler=sampler if sampler is not None else cfg.sampler)
+    sync_vllm_in_place(trainer)
     t0 = time.time()
     trainer.train(resume_from_checkpoint=str(ckpt[0]) if ckpt else None)
     save_model(trainer, tok, out)

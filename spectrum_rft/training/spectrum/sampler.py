@@ -189,7 +189,8 @@ class GroupSampler:
         self.max_new_tokens = max_new_tokens
         self.stats = SamplerStats()
         self.vocab_size = vocab_size or len(tokenizer)
-        self.grammar = tool_call_grammar(grammar_tools or tools) if constrained else None
+        self.grammar_tools = list(grammar_tools or tools)  # whose tool-call grammar a constrained sample follows
+        self.grammar = tool_call_grammar(self.grammar_tools) if constrained else None
         self.compiled_grammar = compile_grammar(tokenizer, self.grammar, self.vocab_size) if self.grammar else None
 
     def grammar_masks(self) -> GrammarMasks:

@@ -33,12 +33,16 @@ SUMMARY_KEYS = ("valid", "score", "gain_vs_memoryless", "gain_valid", "echo_copy
 def evaluate(model_dir: str | Path, *, arm: str = "weak-scaffold", scans: int = 200, temperature: float = 1.0,
              constrained: bool = False, salt: str = "heldout-scan", batch: int = 8, max_new_tokens: int = 160,
              seed: int = 0, threads: int = 0, model: Any = None, tokenizer: Any = None,
-             echo_history: str = "accumulate") -> dict:
-    """``scans`` scan episodes of ``arm``, one completion each: per-scan records and their means."""
+             echo_history: str = "accumulate", engine: Any = None) -> dict:
+    """``scans`` scan episodes of ``arm``, one completion each: per-scan records and their means. The
+    completions come from ``model`` (transformers, the :class:`GroupSampler` training samples with) or, given
+    ``engine`` (a :class:`~spectrum_rft.training.spectrum.vllm_engine.VllmEngine`), from vLLM under the
+    same grammar; the rest (rows, rendering, parsing, judging) is the same code."""
     import torch  # noqa: PLC0415
     from trl.chat_template_utils import parse_response  # noqa: PLC0415
 
     from spectrum_rft.training.trl_common import load_model, load_tokenizer  # noqa: PLC0415
+    from spectrum_rft.training.spectrum.sampler import tool_call_grammar  # noqa: PLC0415
     from spectrum_rft.training.spectrum.trl_data import grpo_rows, scan_sampler  # noqa: PLC0415
     from spectrum_rft.training.spectrum.trl_env import judge  # noqa: PLC0415
 
@@ -46,18 +50,25 @@ def evaluate(model_dir: str | Path, *, arm: str = "weak-scaffold", scans: int = 
         torch.set_num_threads(threads)
     a = ARMS[arm]
     tok = tokenizer or load_tokenizer(Path(model_dir))
-    model = model or load_model(Path(model_dir))
-    model.eval()
+    if engine is None:
+        model = model or load_model(Path(model_dir))
+        model.eval()
     rows = grpo_rows(scans, prompt=a.prompt, memory_mode=a.memory_mode, salt=salt, prefix="scan-eval",
                      episode="scan", scan_in_prompt=True, echo_history=echo_history)
-    sampler = scan_sampler(tok, a.memory_mode, constrained=constrained, max_new_tokens=max_new_tokens,
-                           vocab_size=model.config.vocab_size)
+    # vLLM gets the grammar's text; the transformers sampler compiles it for the model's vocabulary
+    sampler = scan_sampler(tok, a.memory_mode, constrained=constrained and engine is None,
+                           max_new_tokens=max_new_tokens, vocab_size=None if engine else model.config.vocab_size)
+    grammar = tool_call_grammar(sampler.grammar_tools) if constrained and engine is not None else None
     records = []
     t0 = time.time()
     for start in range(0, len(rows), batch):
         chunk = rows[start:start + batch]
         ids = [sampler.prompt_ids(r["prompt"]) for r in chunk]
-        comps, _ = sampler.sample_prompts(model, ids, temperature=temperature, seed=seed + start)
+        if engine is None:
+            comps, _ = sampler.sample_prompts(model, ids, temperature=temperature, seed=seed + start)
+        else:
+            comps = [c for c, _ in engine.complete(ids, grammar=grammar, temperature=temperature,
+                                                   max_new_tokens=max_new_tokens, seed=seed + start)]
         for row, p, c in zip(chunk, ids, comps):
             message = parse_response(tok, c, prefix=p)
             m = judge(row, message).metrics()
@@ -73,7 +84,8 @@ def evaluate(model_dir: str | Path, *, arm: str = "weak-scaffold", scans: int = 
               file=sys.stderr, flush=True)
     summary = {k: mean(float(r[k]) if r[k] is not None else None for r in records) for k in SUMMARY_KEYS}
     return {"arm": arm, "scans": len(records), "temperature": temperature, "constrained": constrained, "salt": salt,
-            "echo_history": echo_history, "device": str(next(model.parameters()).device),
+            "echo_history": echo_history, "engine": "transformers" if engine is None else "vllm",
+            "device": str(next(model.parameters()).device) if engine is None else "vllm",
             "seconds": round(time.time() - t0, 1), **summary, "records": records}
 
 
@@ -155,7 +167,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=160, help="per completion (default 160)")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--device", default="auto", help="torch device of the model: auto (cuda when there is one), cpu, "
-                    "cuda, cuda:N")
+                    "cuda, cuda:N (transformers engine)")
+    ap.add_argument("--engine", default="transformers", choices=("transformers", "vllm"),
+                    help="who samples: transformers (the sampler GRPO trains with) or vllm (vLLM's offline engine, "
+                         "float32, the same grammar: the same greedy completions; vLLM must be installed)")
     ap.add_argument("--out", default=None, help="write the records and summary (JSON) here")
     a = ap.parse_args(argv)
     if a.compare:
@@ -172,17 +187,26 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from spectrum_rft.training.trl_common import load_model, load_tokenizer  # noqa: PLC0415
 
-    try:
-        device = torch_device(a.device)
-    except (RuntimeError, ValueError) as e:
-        print(f"spectrum-rft scan-eval: --device {a.device}: {e}", file=sys.stderr)
-        return 2
-    tok, model = load_tokenizer(Path(a.model)), load_model(Path(a.model)).to(device)
+    if a.engine == "vllm":
+        from spectrum_rft.training.spectrum.vllm_engine import VllmEngine, vllm_missing  # noqa: PLC0415
+
+        if (missing := vllm_missing()) is not None:
+            print(f"spectrum-rft scan-eval: --engine vllm: {missing}", file=sys.stderr)
+            return 2
+    else:
+        try:
+            device = torch_device(a.device)
+        except (RuntimeError, ValueError) as e:
+            print(f"spectrum-rft scan-eval: --device {a.device}: {e}", file=sys.stderr)
+            return 2
+    tok = load_tokenizer(Path(a.model))
+    model = load_model(Path(a.model)).to(device) if a.engine == "transformers" else None
+    engine = VllmEngine(a.model, tok) if a.engine == "vllm" else None
     results = []
     for t in a.temperature or [1.0]:
         r = evaluate(a.model, arm=a.arm, scans=a.scans, temperature=t, constrained=a.constrained, salt=a.salt,
                      batch=a.batch, max_new_tokens=a.max_new_tokens, threads=a.threads, model=model, tokenizer=tok,
-                     echo_history=a.echo_history)
+                     echo_history=a.echo_history, engine=engine)
         results.append(r)
         fmt = {k: "n/a" if r[k] is None else f"{r[k]:+.3f}" for k in SUMMARY_KEYS}
         print(f"scan-eval {a.model} arm {a.arm} T={t:g}{' constrained' if a.constrained else ''}: {r['scans']} scans, "

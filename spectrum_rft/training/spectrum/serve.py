@@ -82,33 +82,50 @@ def _messages(raw: Any) -> list[dict]:
     return out
 
 
-class HfChatModel:
-    """A causal LM + its tokenizer answering chat requests (one at a time)."""
+ENGINES = ("transformers", "vllm")
 
-    def __init__(self, model_dir: str | Path, threads: int = 0, *, grammar: bool = False) -> None:
+
+class HfChatModel:
+    """A causal LM + its tokenizer answering chat requests (one at a time). ``engine``: who computes the
+    completions, transformers (float32, the sampler constrained training uses) or vLLM
+    (:class:`~spectrum_rft.training.spectrum.vllm_engine.VllmEngine`, float32, the same grammar); rendering and
+    parsing are the same code for both."""
+
+    def __init__(self, model_dir: str | Path, threads: int = 0, *, grammar: bool = False,
+                 engine: str = "transformers") -> None:
         import torch  # noqa: PLC0415
-        from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415
 
         from spectrum_rft.training.chat_template import with_tool_template  # noqa: PLC0415
 
+        if engine not in ENGINES:
+            raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
         if threads:
             torch.set_num_threads(threads)
         self.tok = with_tool_template(AutoTokenizer.from_pretrained(model_dir))
-        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-        self.max_len = getattr(self.model.config, "max_position_embeddings", 8192)
+        self.model = self.vllm = None
+        if engine == "vllm":
+            from spectrum_rft.training.spectrum.vllm_engine import VllmEngine  # noqa: PLC0415
+
+            self.vllm = VllmEngine(model_dir, self.tok)
+        else:
+            self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+        self.config = AutoConfig.from_pretrained(model_dir)
+        self.max_len = getattr(self.config, "max_position_embeddings", 8192)
         self.lock = threading.Lock()
         self.grammar = grammar  # every request with tools is sampled under their grammar
-        self._samplers: dict[str, Any] = {}  # compiled grammars, by the request's tools
+        self._samplers: dict[str, Any] = {}  # grammars by the request's tools: compiled (transformers), text (vLLM)
 
     def _sampler(self, tools: list) -> Any:
-        """The constrained sampler of a request's tools (compiled once per distinct tool list)."""
-        from spectrum_rft.training.spectrum.sampler import GroupSampler  # noqa: PLC0415
+        """The constrained sampler of a request's tools (built once per distinct tool list): the transformers
+        engine's :class:`GroupSampler`, or the grammar's text for vLLM."""
+        from spectrum_rft.training.spectrum.sampler import GroupSampler, tool_call_grammar  # noqa: PLC0415
 
         key = json.dumps(tools, sort_keys=True)
         if key not in self._samplers:
             try:
-                self._samplers[key] = GroupSampler(self.tok, tools=tools, grammar_tools=tools, constrained=True,
-                                                   vocab_size=self.model.config.vocab_size)
+                self._samplers[key] = tool_call_grammar(tools) if self.vllm else GroupSampler(
+                    self.tok, tools=tools, grammar_tools=tools, constrained=True, vocab_size=self.config.vocab_size)
             except Exception as e:  # noqa: BLE001 (a schema the grammar compiler refuses is the request's problem)
                 raise BadRequest(f"cannot build the tool-call grammar of these tools: {e}") from e
         return self._samplers[key]
@@ -154,6 +171,11 @@ class HfChatModel:
         """The model on its own: its new tokens and whether it ended its turn."""
         import torch  # noqa: PLC0415
 
+        if self.vllm is not None:
+            with self.lock:
+                return self.vllm.complete([enc["input_ids"][0].tolist()], temperature=temperature,
+                                          max_new_tokens=max_new)[0]
+
         kwargs: dict[str, Any] = {"max_new_tokens": max_new, "pad_token_id": self.tok.pad_token_id or self.tok.eos_token_id,
                                   "eos_token_id": self.tok.eos_token_id}
         if temperature > 0:
@@ -169,6 +191,9 @@ class HfChatModel:
         """One completion under the tool-call grammar of ``tools``: its tokens and whether it ended its turn."""
         with self.lock:
             sampler = self._sampler(tools)
+            if self.vllm is not None:
+                return self.vllm.complete([prompt_ids], grammar=sampler, temperature=temperature,
+                                          max_new_tokens=max_new)[0]
             sampler.max_new_tokens = max_new
             comps, _ = sampler.sample_prompts(self.model, [prompt_ids], temperature=temperature)
         new = comps[0]
@@ -217,6 +242,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--name", default="spectrum-hf", help="the model id the server reports")
     ap.add_argument("--port", type=int, default=8011)
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    ap.add_argument("--engine", default="transformers", choices=ENGINES,
+                    help="who computes the completions: transformers (float32, the sampler constrained training "
+                         "uses) or vllm (vLLM's offline engine, float32, the same grammar: the same greedy replies; "
+                         "vLLM must be installed: docs/TRAINING.md)")
     ap.add_argument("--grammar", action="store_true",
                     help="sample every request that has tools under the tool-call grammar of its tools (one well "
                          "formed call per reply, as constrained training samples); without it a request asks with "
@@ -225,8 +254,14 @@ def main(argv: list[str] | None = None) -> int:
     if not (Path(a.model) / "config.json").is_file():
         print(f"spectrum-rft serve-hf: {a.model}: not a model directory (no config.json)", file=sys.stderr)
         return 2
-    server = make_server(HfChatModel(a.model, a.threads, grammar=a.grammar), a.name, a.port)
-    print(f"serving {a.name} ({a.model}) at http://127.0.0.1:{server.server_address[1]}/v1"
+    if a.engine == "vllm":
+        from spectrum_rft.training.spectrum.vllm_engine import vllm_missing  # noqa: PLC0415
+
+        if (missing := vllm_missing()) is not None:
+            print(f"spectrum-rft serve-hf: --engine vllm: {missing}", file=sys.stderr)
+            return 2
+    server = make_server(HfChatModel(a.model, a.threads, grammar=a.grammar, engine=a.engine), a.name, a.port)
+    print(f"serving {a.name} ({a.model}, {a.engine}) at http://127.0.0.1:{server.server_address[1]}/v1"
           f"{' under the tool-call grammar' if a.grammar else ''}", flush=True)
     try:
         server.serve_forever()

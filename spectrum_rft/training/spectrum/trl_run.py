@@ -31,7 +31,7 @@ from spectrum_rft.task.presets import get_preset
 from spectrum_rft.training.provenance import append_jsonl, code_revision, write_json
 from spectrum_rft.training.trl_common import (GrpoRunConfig, RunConfig, grpo_args, load_model, load_tokenizer,
                                               log_callback, lora_config, parse_or_say, portable_path, save_model,
-                                              start_process, start_record)
+                                              start_process, start_record, sync_vllm_in_place)
 from spectrum_rft.training.spectrum.sampler import GrammarMasks, tool_call_grammar
 from spectrum_rft.training.spectrum.trl_data import episode_for, grpo_rows, scan_sampler, sft_conversation
 from spectrum_rft.training.spectrum.trl_env import (ECHO_HISTORIES, judge, message_calls, spectrum_reward,
@@ -290,10 +290,11 @@ def run_train(cfg: GrpoConfig, callbacks: list | None = None) -> dict:
     tok = load_tokenizer(model_dir)
     micro = cfg.micro_batch or cfg.prompts * cfg.group
     masked = cfg.constrained and cfg.learner == "masked"
-    # vLLM + masked learner: our truncated importance weight of the masked learner against vLLM's processed
-    # (grammar-masked, tempered) log-probs replaces TRL's correction, which compares vLLM's with the
-    # unconstrained policy's and masks every constrained sequence away
-    vllm_is = {"vllm_importance_sampling_correction": False} if masked and cfg.use_vllm else {}
+    # vLLM under the grammar: TRL's correction compares vLLM's processed (grammar-masked, tempered) log-probs with
+    # the unconstrained policy's and masks every constrained sequence away (ratios ~1e-10: no gradient), so it is
+    # off. The masked learner gets our truncated importance weight against vLLM's log-probs instead (like with
+    # like); the unmasked one trains as on the transformers path, as if it had sampled
+    vllm_is = {"vllm_importance_sampling_correction": False} if cfg.constrained and cfg.use_vllm else {}
     args = grpo_args(cfg, out, micro_batch=micro, accumulation=cfg.prompts * cfg.group // micro,
                      max_completion_length=cfg.max_completion_length, beta=cfg.beta, max_tool_calling_iterations=calls,
                      generation_kwargs=({"structured_outputs": {"grammar": tool_call_grammar(tool_schemas(cfg.mode, cfg.preset))}}
@@ -323,6 +324,7 @@ def run_train(cfg: GrpoConfig, callbacks: list | None = None) -> dict:
                             reward_funcs=[make_reward(out / "rollouts.jsonl", tok)], processing_class=tok,
                             peft_config=_lora(cfg, model), callbacks=[log_callback(out / "metrics.jsonl"), *(callbacks or [])],
                             **generation, **learner)
+    sync_vllm_in_place(trainer)
     t0 = time.time()
     trainer.train(resume_from_checkpoint=str(ckpt[0]) if ckpt else None)
     save_model(trainer, tok, out)
