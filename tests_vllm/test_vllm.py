@@ -84,7 +84,7 @@ def test_free_vllm_step_has_sane_importance_ratios(warm_start, tmp_path):
     completions are calls that copy the scan's peaks and a group's rewards differ."""
     out = tmp_path / "run"
     _srft("train", "--arm", "memoryless", "--model", str(warm_start), "--use-vllm", "--steps", "1", "--prompts", "2",
-          "--group", "8", "--temperature", "0.5", "--micro-batch", "8", "--max-completion-length", "96",
+          "--group", "8", "--temperature", "0.5", "--micro-batch", "4", "--max-completion-length", "96",
           "--lora-layers", "2", "--threads", "2", "--out", str(out))
     m = _last_step(out)
     assert m["reward_std"] > 0 and m["grad_norm"] > 1e-3, m
