@@ -2,8 +2,8 @@
 
 One :class:`VllmEngine` per checkpoint (vLLM's offline ``LLM``) answers what the transformers engines answer:
 a completion of each prompt (token ids, rendered by the caller with the checkpoint's own chat template),
-greedy at temperature 0, and, when asked with ``tools``, under the tool-call grammar of those tools
-(:func:`~spectrum_rft.training.spectrum.sampler.tool_call_grammar`, the grammar constrained training samples
+greedy at temperature 0, and, given a grammar, under it: the text of
+:func:`~spectrum_rft.training.spectrum.sampler.tool_call_grammar` (the grammar constrained training samples
 with, lists up to one item past the cap), through vLLM's structured outputs. The caller reads the tokens back
 as before (TRL's ``parse_response``), so the engines differ only in who computed the logits.
 
