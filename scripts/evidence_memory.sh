@@ -153,8 +153,10 @@ if has panel; then
   fi
 fi
 if has whole; then
-  srft eval --model memoryless --model accumulate --model oracle --prompt weak --memory-mode scaffold \
-    --rows "$HELDOUT_ROWS" --salt heldout --no-progress --json --out "$OUT/heldout/baselines" > "$OUT/heldout-baselines.json"
+  # the scripted baselines take seconds: run again (--overwrite) whenever their summary is missing
+  [[ -s "$OUT/heldout-baselines.json" ]] || srft eval --model memoryless --model accumulate --model oracle --prompt weak \
+    --memory-mode scaffold --rows "$HELDOUT_ROWS" --salt heldout --no-progress --json --overwrite \
+    --out "$OUT/heldout/baselines" > "$OUT/heldout-baselines.json"
   for served in "$SFT_MODEL" "$OUT"/grpo/weak-scaffold-s0/model "$OUT"/grpo/weak-scrambled-s0/model \
                 "grammar:$SFT_MODEL" "grammar:$OUT"/grpo/weak-scaffold-s0/model "grammar:$OUT"/grpo/weak-scrambled-s0/model; do
     model=${served#grammar:}; grammar=; tag=
@@ -166,13 +168,15 @@ if has whole; then
     srft serve-hf --model "$model" --port "$port" --threads 2 $grammar > "$OUT/serve-$name.log" 2>&1 &
     server=$!
     for _ in $(seq 120); do curl -sf "http://127.0.0.1:$port/v1/models" > /dev/null && break; sleep 1; done
-    # a CPU server beside other jobs can take minutes per turn: a long request timeout, so that a slow
-    # machine is not scored as a model that timed out
+    # an interrupted run goes on with the rows it finished (eval --resume); a CPU server beside other jobs can
+    # take minutes per turn: a long request timeout, so that a slow machine is not scored as a model that timed out
+    resume=(); [[ -f "$OUT/heldout/$name/rows.jsonl" ]] && resume=(--resume)
     srft eval --model openai/spectrum-hf --api-base "http://127.0.0.1:$port/v1" --prompt weak \
       --memory-mode scaffold --rows "$HELDOUT_ROWS" --salt heldout --concurrency 1 --param temperature=0 \
-      --param timeout=900 --timeout 7200 --no-progress --json --out "$OUT/heldout/$name" > "$OUT/heldout-$name.json.part" || true
+      --param timeout=900 --timeout 7200 --no-progress --json "${resume[@]}" --out "$OUT/heldout/$name" \
+      > "$OUT/heldout-$name.json.part" || true
     # only a run that was not stopped (timeout, Ctrl-C, crash) counts as done; otherwise .part stays and the
-    # next run redoes it
+    # next run goes on with it
     python -c 'import json, sys; sys.exit(json.load(open(sys.argv[1])).get("stopped") is not None)' \
       "$OUT/heldout-$name.json.part" 2>/dev/null && mv "$OUT/heldout-$name.json.part" "$OUT/heldout-$name.json"
     kill "$server"; wait "$server" 2>/dev/null || true

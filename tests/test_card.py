@@ -223,6 +223,7 @@ def test_card_defaults_are_the_card():
     (["--preset", "card", "--micro-batch", "3"], "micro_batch (3) must divide"),
     (["--preset", "card", "--use-vllm", "--score-centering"], "vLLM"),
     (["--preset", "card", "--sampler", "fp8"], "unknown sampler"),
+    (["--preset", "card", "--use-vllm", "--vllm-memory", "1.5"], "vllm_memory must be in (0, 1]"),
     (["--preset", "card", "--sampler", "bfloat16", "--bf16"], "q = p"),
     (["--task", "gsm8k", "--eval-n", "-1"], "must be >= 0"),
     (["--task", "chess"], "unknown --task"),

@@ -164,3 +164,43 @@ def test_the_vllm_engine_without_vllm_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all("--engine vllm: vLLM is not installed in this environment" in e for e in err), err
     assert err[0].startswith("spectrum-rft scan-eval:") and err[1].startswith("spectrum-rft serve-hf:")
+
+
+@given(st.one_of(st.floats(allow_nan=True, allow_infinity=True).map(repr), st.text(max_size=12)))
+@settings(max_examples=200, deadline=None)
+def test_vllm_memory_is_a_share_or_a_clear_refusal(text):
+    """``--vllm-memory`` (scan-eval, serve-hf): a share in (0, 1] is taken as it is; anything else (0, negative,
+    above 1, NaN, inf, not a number) is refused by argparse with a message that names the text."""
+    import argparse
+
+    from spectrum_rft.training.spectrum.vllm_engine import memory_share
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is not None and 0 < value <= 1:
+        assert memory_share(text) == value
+    else:
+        with pytest.raises(argparse.ArgumentTypeError, match="share in \\(0, 1\\]"):
+            memory_share(text)
+
+
+def test_vllm_memory_reaches_vllm(tmp_path, capsys):
+    """The share travels to TRL's vLLM setting in ``train`` (``vllm_gpu_memory_utilization``), and a bad one
+    stops scan-eval and serve-hf at their flags, before vLLM or a model is looked at."""
+    from spectrum_rft.training.spectrum import serve
+    from spectrum_rft.training.spectrum.trl_run import GrpoConfig
+    from spectrum_rft.training.trl_common import grpo_args
+
+    cfg = GrpoConfig(vllm_memory=0.05, steps=1, group=2, prompts=1)
+    args = grpo_args(cfg, tmp_path, micro_batch=2, accumulation=1, max_completion_length=8)
+    assert args.vllm_gpu_memory_utilization == 0.05
+    with pytest.raises(ValueError, match="vllm_memory must be in"):
+        GrpoConfig(vllm_memory=0.0).check()
+    (tmp_path / "config.json").write_text("{}")
+    for main in (S.main, serve.main):
+        with pytest.raises(SystemExit) as e:
+            main(["--model", str(tmp_path), "--engine", "vllm", "--vllm-memory", "2"])
+        assert e.value.code == 2
+        assert "--vllm-memory: must be a share in (0, 1], got '2'" in capsys.readouterr().err

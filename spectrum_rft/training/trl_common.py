@@ -61,6 +61,7 @@ class GrpoRunConfig(RunConfig):
     temperature: float = 1.0
     micro_batch: int = 0  # sequences per learner forward/backward, P*G accumulated over micro-batches (0: all at once)
     use_vllm: bool = False  # GPU: generate with colocated vLLM
+    vllm_memory: float = 0.3  # with --use-vllm: the share of GPU memory (on a CPU: of RAM) vLLM reserves (TRL's vllm_gpu_memory_utilization)
     save_every: int = 0  # a TRL checkpoint (LoRA, optimiser, RNG) every N steps, the last 2 kept (0: none)
     resume: bool = False  # go on from OUT's newest checkpoint (none there: start afresh)
 
@@ -75,6 +76,8 @@ class GrpoRunConfig(RunConfig):
             raise ValueError("temperature must be > 0")
         if self.save_every < 0:
             raise ValueError("save_every must be >= 0")
+        if not 0 < self.vllm_memory <= 1:
+            raise ValueError(f"vllm_memory must be in (0, 1], got {self.vllm_memory}")
         if self.micro_batch < 0 or (self.micro_batch and (self.prompts * self.group) % self.micro_batch):
             raise ValueError(f"micro_batch ({self.micro_batch}) must divide prompts x group ({self.prompts * self.group})")
 
@@ -109,6 +112,7 @@ def grpo_args(cfg: GrpoRunConfig, out: Path, *, micro_batch: int, accumulation: 
                       temperature=cfg.temperature, logging_steps=1, report_to=[],
                       save_strategy="steps" if cfg.save_every else "no", save_steps=cfg.save_every or 1,
                       save_total_limit=2, seed=cfg.seed, bf16=cfg.bf16, use_vllm=cfg.use_vllm, vllm_mode="colocate",
+                      vllm_gpu_memory_utilization=cfg.vllm_memory,
                       disable_tqdm=True, shuffle_dataset=False, gradient_checkpointing=cfg.gradient_checkpointing,
                       **extra)
 

@@ -26,6 +26,7 @@ from typing import Any
 from spectrum_rft.common.stats import mean, standard_error
 from spectrum_rft.task.arms import ARMS
 from spectrum_rft.training.spectrum.trl_env import ECHO_HISTORIES
+from spectrum_rft.training.spectrum.vllm_engine import VllmEngine, memory_share, vllm_missing
 
 SUMMARY_KEYS = ("valid", "score", "gain_vs_memoryless", "gain_valid", "echo_copy", "beyond_current")
 
@@ -171,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--engine", default="transformers", choices=("transformers", "vllm"),
                     help="who samples: transformers (the sampler GRPO trains with) or vllm (vLLM's offline engine, "
                          "float32, the same grammar: the same greedy completions; vLLM must be installed)")
+    ap.add_argument("--vllm-memory", type=memory_share, default=0.2,
+                    help="with --engine vllm: the share of GPU memory (on a CPU: of RAM) vLLM reserves for weights "
+                         "and KV cache (default 0.2)")
     ap.add_argument("--out", default=None, help="write the records and summary (JSON) here")
     a = ap.parse_args(argv)
     if a.compare:
@@ -188,8 +192,6 @@ def main(argv: list[str] | None = None) -> int:
     from spectrum_rft.training.trl_common import load_model, load_tokenizer  # noqa: PLC0415
 
     if a.engine == "vllm":
-        from spectrum_rft.training.spectrum.vllm_engine import VllmEngine, vllm_missing  # noqa: PLC0415
-
         if (missing := vllm_missing()) is not None:
             print(f"spectrum-rft scan-eval: --engine vllm: {missing}", file=sys.stderr)
             return 2
@@ -201,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     tok = load_tokenizer(Path(a.model))
     model = load_model(Path(a.model)).to(device) if a.engine == "transformers" else None
-    engine = VllmEngine(a.model, tok) if a.engine == "vllm" else None
+    engine = VllmEngine(a.model, tok, memory_fraction=a.vllm_memory) if a.engine == "vllm" else None
     results = []
     for t in a.temperature or [1.0]:
         r = evaluate(a.model, arm=a.arm, scans=a.scans, temperature=t, constrained=a.constrained, salt=a.salt,

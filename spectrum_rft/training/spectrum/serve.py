@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from spectrum_rft.task.actions import InvalidArguments, is_blank, parse_arguments
+from spectrum_rft.training.spectrum.vllm_engine import VllmEngine, memory_share, vllm_missing
 
 DEFAULT_MAX_TOKENS = 256
 
@@ -92,7 +93,7 @@ class HfChatModel:
     parsing are the same code for both."""
 
     def __init__(self, model_dir: str | Path, threads: int = 0, *, grammar: bool = False,
-                 engine: str = "transformers") -> None:
+                 engine: str = "transformers", vllm_memory: float = 0.2) -> None:
         import torch  # noqa: PLC0415
         from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415
 
@@ -105,12 +106,11 @@ class HfChatModel:
         self.tok = with_tool_template(AutoTokenizer.from_pretrained(model_dir))
         self.model = self.vllm = None
         if engine == "vllm":
-            from spectrum_rft.training.spectrum.vllm_engine import VllmEngine  # noqa: PLC0415
-
-            self.vllm = VllmEngine(model_dir, self.tok)
+            self.vllm = VllmEngine(model_dir, self.tok, memory_fraction=vllm_memory)
+            self.config = AutoConfig.from_pretrained(model_dir)
         else:
             self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-        self.config = AutoConfig.from_pretrained(model_dir)
+            self.config = self.model.config
         self.max_len = getattr(self.config, "max_position_embeddings", 8192)
         self.lock = threading.Lock()
         self.grammar = grammar  # every request with tools is sampled under their grammar
@@ -246,6 +246,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="who computes the completions: transformers (float32, the sampler constrained training "
                          "uses) or vllm (vLLM's offline engine, float32, the same grammar: the same greedy replies; "
                          "vLLM must be installed: docs/TRAINING.md)")
+    ap.add_argument("--vllm-memory", type=memory_share, default=0.2,
+                    help="with --engine vllm: the share of GPU memory (on a CPU: of RAM) vLLM reserves for weights "
+                         "and KV cache (default 0.2)")
     ap.add_argument("--grammar", action="store_true",
                     help="sample every request that has tools under the tool-call grammar of its tools (one well "
                          "formed call per reply, as constrained training samples); without it a request asks with "
@@ -255,12 +258,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"spectrum-rft serve-hf: {a.model}: not a model directory (no config.json)", file=sys.stderr)
         return 2
     if a.engine == "vllm":
-        from spectrum_rft.training.spectrum.vllm_engine import vllm_missing  # noqa: PLC0415
-
         if (missing := vllm_missing()) is not None:
             print(f"spectrum-rft serve-hf: --engine vllm: {missing}", file=sys.stderr)
             return 2
-    server = make_server(HfChatModel(a.model, a.threads, grammar=a.grammar, engine=a.engine), a.name, a.port)
+    model = HfChatModel(a.model, a.threads, grammar=a.grammar, engine=a.engine, vllm_memory=a.vllm_memory)
+    server = make_server(model, a.name, a.port)
     print(f"serving {a.name} ({a.model}, {a.engine}) at http://127.0.0.1:{server.server_address[1]}/v1"
           f"{' under the tool-call grammar' if a.grammar else ''}", flush=True)
     try:

@@ -37,6 +37,19 @@ def vllm_missing() -> str | None:
     return None
 
 
+def memory_share(text: str) -> float:
+    """The argparse type of ``--vllm-memory``: a share of GPU memory (on a CPU: of RAM) in (0, 1]."""
+    import argparse  # noqa: PLC0415
+
+    try:
+        share = float(text)
+    except ValueError:
+        share = float("nan")
+    if not 0 < share <= 1:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"must be a share in (0, 1], got {text!r}")
+    return share
+
+
 class VllmEngine:
     """A checkpoint in vLLM's offline engine: :meth:`complete` samples token completions of token prompts."""
 
