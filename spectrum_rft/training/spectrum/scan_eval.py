@@ -26,7 +26,7 @@ from typing import Any
 from spectrum_rft.common.stats import mean, standard_error
 from spectrum_rft.task.arms import ARMS
 from spectrum_rft.training.spectrum.trl_env import ECHO_HISTORIES
-from spectrum_rft.training.spectrum.vllm_engine import VllmEngine, memory_share, vllm_missing
+from spectrum_rft.training.spectrum.vllm_engine import VllmEngine, add_memory_flag, vllm_missing
 
 SUMMARY_KEYS = ("valid", "score", "gain_vs_memoryless", "gain_valid", "echo_copy", "beyond_current")
 
@@ -172,9 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--engine", default="transformers", choices=("transformers", "vllm"),
                     help="who samples: transformers (the sampler GRPO trains with) or vllm (vLLM's offline engine, "
                          "float32, the same grammar: the same greedy completions; vLLM must be installed)")
-    ap.add_argument("--vllm-memory", type=memory_share, default=0.2,
-                    help="with --engine vllm: the share of GPU memory (on a CPU: of RAM) vLLM reserves for weights "
-                         "and KV cache (default 0.2)")
+    add_memory_flag(ap)
     ap.add_argument("--out", default=None, help="write the records and summary (JSON) here")
     a = ap.parse_args(argv)
     if a.compare:

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from spectrum_rft.task.actions import InvalidArguments, is_blank, parse_arguments
-from spectrum_rft.training.spectrum.vllm_engine import VllmEngine, memory_share, vllm_missing
+from spectrum_rft.training.spectrum.vllm_engine import VllmEngine, add_memory_flag, vllm_missing
 
 DEFAULT_MAX_TOKENS = 256
 
@@ -246,9 +246,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="who computes the completions: transformers (float32, the sampler constrained training "
                          "uses) or vllm (vLLM's offline engine, float32, the same grammar: the same greedy replies; "
                          "vLLM must be installed: docs/TRAINING.md)")
-    ap.add_argument("--vllm-memory", type=memory_share, default=0.2,
-                    help="with --engine vllm: the share of GPU memory (on a CPU: of RAM) vLLM reserves for weights "
-                         "and KV cache (default 0.2)")
+    add_memory_flag(ap)
     ap.add_argument("--grammar", action="store_true",
                     help="sample every request that has tools under the tool-call grammar of its tools (one well "
                          "formed call per reply, as constrained training samples); without it a request asks with "

@@ -50,6 +50,13 @@ def memory_share(text: str) -> float:
     return share
 
 
+def add_memory_flag(ap: Any, default: float = 0.2) -> None:
+    """``--vllm-memory`` on an argparse parser (scan-eval and serve-hf): the engine's ``memory_fraction``."""
+    ap.add_argument("--vllm-memory", type=memory_share, default=default,
+                    help="with --engine vllm: the share of GPU memory (on a CPU: of RAM) vLLM reserves for weights "
+                         f"and KV cache (default {default})")
+
+
 class VllmEngine:
     """A checkpoint in vLLM's offline engine: :meth:`complete` samples token completions of token prompts."""
 
