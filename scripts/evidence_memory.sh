@@ -165,7 +165,9 @@ if has whole; then
     name=$(basename "$(dirname "$model")")$tag
     [[ -s "$OUT/heldout-$name.json" ]] && continue
     port=$((8100 + RANDOM % 800))
-    srft serve-hf --model "$model" --port "$port" --threads 2 $grammar > "$OUT/serve-$name.log" 2>&1 &
+    # python itself in the background (not the srft function: $! would be a subshell, and killing it left the
+    # server running)
+    python -m spectrum_rft serve-hf --model "$model" --port "$port" --threads 2 $grammar > "$OUT/serve-$name.log" 2>&1 &
     server=$!
     for _ in $(seq 120); do curl -sf "http://127.0.0.1:$port/v1/models" > /dev/null && break; sleep 1; done
     # an interrupted run goes on with the rows it finished (eval --resume); a CPU server beside other jobs can

@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -121,6 +122,37 @@ def _serve(model: Path, engine: str):
     raise RuntimeError(f"serve-hf --engine {engine} did not start (exit {proc.wait()})")
 
 
+def _descendants(pid: int) -> set[int]:
+    """The processes below ``pid`` (children, theirs, ...), from /proc."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _alive(pids: set[int]) -> set[int]:
+    """Those of ``pids`` still running (a zombie waiting to be reaped counts as ended)."""
+    alive = set()
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state not in ("Z", "X"):
+            alive.add(pid)
+    return alive
+
+
 def test_serve_hf_vllm_engine_matches_transformers_through_eval(warm_start, tmp_path):
     """A whole 12-scan episode through the evaluator (``spectrum-rft eval`` from the main venv) against
     ``serve-hf --grammar`` with each engine, greedy: the same replies, per-scan rewards and score."""
@@ -136,8 +168,16 @@ def test_serve_hf_vllm_engine_matches_transformers_through_eval(warm_start, tmp_
                   "scaffold", "--rows", "1", "--salt", "vllm-parity", "--concurrency", "1", "--param", "temperature=0",
                   "--param", "timeout=600", "--no-progress", "--json", "--out", str(out), python=main)
         finally:
+            below = _descendants(proc.pid)  # vLLM's engine core and its worker
             proc.terminate()
             proc.wait(timeout=60)
+        # a terminated server takes its engine processes with it (they used to stay, holding GBs of RAM)
+        assert engine == "transformers" or below, "vLLM's engine runs in processes of its own"
+        for _ in range(60):
+            if not _alive(below):
+                break
+            time.sleep(1)
+        assert not _alive(below), f"serve-hf --engine {engine} left processes behind: {sorted(_alive(below))}"
         rows[engine] = json.loads((out / "rows.jsonl").read_text().splitlines()[0])
     hf, vl = (rows[e]["execution_metadata"]["extra"]["spectrum"] for e in ("transformers", "vllm"))
     assert hf["n_scans"] == 12 and hf["scans_skipped"] == 0  # under the grammar every scan is reported

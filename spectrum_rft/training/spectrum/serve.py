@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import threading
 import time
@@ -259,8 +260,18 @@ def main(argv: list[str] | None = None) -> int:
         if (missing := vllm_missing()) is not None:
             print(f"spectrum-rft serve-hf: --engine vllm: {missing}", file=sys.stderr)
             return 2
-    model = HfChatModel(a.model, a.threads, grammar=a.grammar, engine=a.engine, vllm_memory=a.vllm_memory)
-    server = make_server(model, a.name, a.port)
+
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    # SIGTERM (kill, a supervisor, a test's terminate()) ends the server as Ctrl-C does, through Python's own exit,
+    # so that vLLM's engine processes end with it (killed outright, they stayed behind holding GBs of RAM)
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        model = HfChatModel(a.model, a.threads, grammar=a.grammar, engine=a.engine, vllm_memory=a.vllm_memory)
+        server = make_server(model, a.name, a.port)
+    except KeyboardInterrupt:
+        return 130
     print(f"serving {a.name} ({a.model}, {a.engine}) at http://127.0.0.1:{server.server_address[1]}/v1"
           f"{' under the tool-call grammar' if a.grammar else ''}", flush=True)
     try:
