@@ -266,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
 
     # SIGTERM (kill, a supervisor, a test's terminate()) ends the server as Ctrl-C does, through Python's own exit,
     # so that vLLM's engine processes end with it (killed outright, they stayed behind holding GBs of RAM)
-    signal.signal(signal.SIGTERM, stop)
+    if threading.current_thread() is threading.main_thread():  # (Python lets only the main thread set handlers)
+        signal.signal(signal.SIGTERM, stop)
     try:
         model = HfChatModel(a.model, a.threads, grammar=a.grammar, engine=a.engine, vllm_memory=a.vllm_memory)
         server = make_server(model, a.name, a.port)
