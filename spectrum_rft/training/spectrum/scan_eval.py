@@ -26,7 +26,7 @@ from typing import Any
 from spectrum_rft.common.stats import mean, standard_error
 from spectrum_rft.task.arms import ARMS
 from spectrum_rft.training.spectrum.trl_env import ECHO_HISTORIES
-from spectrum_rft.training.spectrum.vllm_engine import VllmEngine, add_memory_flag, vllm_missing
+from spectrum_rft.training.spectrum.vllm_engine import ENGINES, VllmEngine, add_memory_flag, vllm_missing
 
 SUMMARY_KEYS = ("valid", "score", "gain_vs_memoryless", "gain_valid", "echo_copy", "beyond_current")
 
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--device", default="auto", help="torch device of the model: auto (cuda when there is one), cpu, "
                     "cuda, cuda:N (transformers engine)")
-    ap.add_argument("--engine", default="transformers", choices=("transformers", "vllm"),
+    ap.add_argument("--engine", default="transformers", choices=ENGINES,
                     help="who samples: transformers (the sampler GRPO trains with) or vllm (vLLM's offline engine, "
                          "float32, the same grammar: the same greedy completions; vLLM must be installed)")
     add_memory_flag(ap)

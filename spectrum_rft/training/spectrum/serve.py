@@ -46,7 +46,8 @@ from pathlib import Path
 from typing import Any
 
 from spectrum_rft.task.actions import InvalidArguments, is_blank, parse_arguments
-from spectrum_rft.training.spectrum.vllm_engine import VllmEngine, add_memory_flag, vllm_missing
+from spectrum_rft.training.spectrum.vllm_engine import (ENGINES, EVAL_MEMORY, VllmEngine, add_memory_flag,
+                                                        vllm_missing)
 
 DEFAULT_MAX_TOKENS = 256
 
@@ -84,9 +85,6 @@ def _messages(raw: Any) -> list[dict]:
     return out
 
 
-ENGINES = ("transformers", "vllm")
-
-
 class HfChatModel:
     """A causal LM + its tokenizer answering chat requests (one at a time). ``engine``: who computes the
     completions, transformers (float32, the sampler constrained training uses) or vLLM
@@ -94,7 +92,7 @@ class HfChatModel:
     parsing are the same code for both."""
 
     def __init__(self, model_dir: str | Path, threads: int = 0, *, grammar: bool = False,
-                 engine: str = "transformers", vllm_memory: float = 0.2) -> None:
+                 engine: str = "transformers", vllm_memory: float = EVAL_MEMORY) -> None:
         import torch  # noqa: PLC0415
         from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415
 

@@ -27,6 +27,10 @@ from typing import Any, Sequence
 from spectrum_rft.training.spectrum.sampler import stop_ids
 
 
+ENGINES = ("transformers", "vllm")  # who computes the completions of scan-eval and serve-hf
+EVAL_MEMORY = 0.2  # the share of memory an evaluation engine reserves (``--vllm-memory``)
+
+
 def vllm_missing() -> str | None:
     """None when vLLM imports here, else one line that says how to get it."""
     import importlib.util  # noqa: PLC0415
@@ -50,7 +54,7 @@ def memory_share(text: str) -> float:
     return share
 
 
-def add_memory_flag(ap: Any, default: float = 0.2) -> None:
+def add_memory_flag(ap: Any, default: float = EVAL_MEMORY) -> None:
     """``--vllm-memory`` on an argparse parser (scan-eval and serve-hf): the engine's ``memory_fraction``."""
     ap.add_argument("--vllm-memory", type=memory_share, default=default,
                     help="with --engine vllm: the share of GPU memory (on a CPU: of RAM) vLLM reserves for weights "
@@ -61,7 +65,7 @@ class VllmEngine:
     """A checkpoint in vLLM's offline engine: :meth:`complete` samples token completions of token prompts."""
 
     def __init__(self, model_dir: str | Path, tokenizer: Any, *, dtype: str = "float32", max_model_len: int | None = None,
-                 memory_fraction: float = 0.2, seed: int = 0) -> None:
+                 memory_fraction: float = EVAL_MEMORY, seed: int = 0) -> None:
         from vllm import LLM  # noqa: PLC0415
         from vllm.platforms import current_platform  # noqa: PLC0415
 
