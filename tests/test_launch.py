@@ -10,8 +10,10 @@ import gzip
 import io
 import json
 import logging
+import os
 import re
 import socket
+import subprocess
 import tarfile
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -31,6 +33,10 @@ from spectrum_rft.tools.launch.plan import build_plan, write_dataset
 from spectrum_rft.tools.launch.tarball import build_tarball, source_files
 
 FAKE_KEY = "fw-test-KEY-4b1d9e0c77aa"  # set only inside this test process
+PLANTED_KEY = "fw_Pl4ntedLocalSettingsKey0x9Zq"  # in untracked files of the project: must never leave
+PLANTED = {"local_settings.py": f'FIREWORKS_API_KEY = "{PLANTED_KEY}"\n',
+           "data/my_private_run_rows.jsonl": '{"row": "private"}\n',
+           "spectrum_rft/_my_keys.py": f'KEY = "{PLANTED_KEY}"\n'}
 FAKE_WANDB = "wandb-test-KEY-93ff01"
 ACCOUNT = "acct-test"
 
@@ -126,24 +132,38 @@ def server():
     srv.server_close()
 
 
+def git(repo: Path, *args: str) -> None:
+    """git in ``repo`` with no user or system config (no hooks, no signing, a fixed identity)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_CONFIG_GLOBAL=os.devnull, GIT_CONFIG_NOSYSTEM="1", GIT_AUTHOR_NAME="t", GIT_COMMITTER_NAME="t",
+               GIT_AUTHOR_EMAIL="t@example.invalid", GIT_COMMITTER_EMAIL="t@example.invalid")
+    subprocess.run(["git", "-C", str(repo), *args], env=env, check=True, capture_output=True, timeout=60)
+
+
+def write_files(root: Path, files: dict[str, str | bytes]) -> None:
+    for rel, body in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(body if isinstance(body, bytes) else body.encode())
+
+
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    """A small evaluator project: entry file, requirements.txt, a .env with a secret, ignored junk, run records."""
+    """A small evaluator project in git: the tracked entry file, requirements.txt and a template, committed run
+    records, docs and a plot; untracked, a .env with a secret and the files a tester planted (which the
+    evaluator's folders would take if untracked files went); ignored junk."""
     p = tmp_path / "proj"
-    (p / "spectrum_templates").mkdir(parents=True)
-    (p / "requirements.txt").write_text("eval-protocol\n")
-    (p / "test_spectrum_turn.py").write_text("def test_spectrum_turn():\n    pass\n")
-    (p / "spectrum_templates" / "scan.j2").write_text("scan\n")
-    (p / ".env").write_text("OPENAI_API_KEY=sk-should-never-ship\nexport OTHER_SECRET=zzz\n")
-    (p / ".gitignore").write_text("out/\n/local_only.txt\n")
-    (p / "local_only.txt").write_text("ignored\n")
-    (p / "__pycache__").mkdir()
-    (p / "__pycache__" / "x.pyc").write_bytes(b"\0")
-    (p / "results" / "run").mkdir(parents=True)  # committed run records: never part of the evaluator
-    (p / "results" / "run" / "adapter_model.safetensors").write_bytes(b"\0" * 64)
-    (p / "docs").mkdir()
-    (p / "docs" / "LAUNCH.md").write_text("docs\n")
-    (p / "spectrum_report.png").write_bytes(b"\x89PNG")
+    write_files(p, {
+        "requirements.txt": "eval-protocol\n", "test_spectrum_turn.py": "def test_spectrum_turn():\n    pass\n",
+        "spectrum_templates/scan.j2": "scan\n", ".gitignore": "out/\n/local_only.txt\n__pycache__/\ndata/ignored_*\n",
+        "results/run/adapter_model.safetensors": b"\0" * 64,  # committed run records: never part of the evaluator
+        "docs/LAUNCH.md": "docs\n", "spectrum_report.png": b"\x89PNG"})
+    git(p, "init", "-q")
+    git(p, "add", ".")
+    git(p, "commit", "-q", "-m", "evaluator")
+    write_files(p, {
+        ".env": "OPENAI_API_KEY=sk-should-never-ship\nexport OTHER_SECRET=zzz\n",
+        **PLANTED,  # untracked: never uploaded
+        "local_only.txt": "ignored\n", "__pycache__/x.pyc": b"\0", "data/ignored_rows.jsonl": "{}\n"})
     return p
 
 
@@ -170,6 +190,7 @@ def _no_secrets(*texts: str) -> None:
         assert FAKE_KEY not in t
         assert FAKE_WANDB not in t
         assert "sk-should-never-ship" not in t
+        assert PLANTED_KEY not in t
 
 
 def _multipart_file(rec: dict) -> bytes:
@@ -221,8 +242,10 @@ def test_launch_sends_dataset_then_evaluator_then_job(server, project, tmp_path,
     assert size == {"proj.tar.gz": str(len(put["body"]))}
     with tarfile.open(fileobj=io.BytesIO(put["body"]), mode="r:gz") as tar:
         names = sorted(tar.getnames())
-    # the evaluator alone: no .env, no ignored files, no caches, no run records, docs or plots
+    # the evaluator alone, as git tracks it: no .env, no untracked or ignored files (the planted settings,
+    # private rows and keys among them), no caches, no run records, docs or plots
     assert names == ["proj/requirements.txt", "proj/spectrum_templates/scan.j2", "proj/test_spectrum_turn.py"]
+    assert PLANTED_KEY.encode() not in gzip.decompress(put["body"])
     assert json.loads(by["evaluator.validate_upload"]["body"]) == {}
 
     job = json.loads(by["job.create"]["body"])
@@ -242,6 +265,7 @@ def test_launch_sends_dataset_then_evaluator_then_job(server, project, tmp_path,
     assert [c["kind"] for c in out["created"]] == ["dataset", "evaluator", "job"]
     assert out["job"]["name"] == f"accounts/{ACCOUNT}/reinforcementFineTuningJobs/job123"
     assert "WARNING: .env" in cap.err and "OPENAI_API_KEY, OTHER_SECRET" in cap.err
+    assert "3 untracked file(s) of the evaluator's folders are NOT uploaded" in cap.err
     _no_secrets(cap.out, cap.err, caplog.text)
 
 
@@ -462,3 +486,15 @@ def test_entry_names_come_from_the_one_entries_table(project, tmp_path, env, nam
     assert plan.entry == entry_spec(path)
     with pytest.raises(LaunchError, match="FILE.py::FUNCTION"):
         build_plan(LaunchOptions(arm="icl", entry="nonsense", project_dir=str(project)))
+
+
+def test_a_tracked_secret_refuses_the_launch_before_any_request(server, project, tmp_path, env, capsys):
+    write_files(project, {"spectrum_rft/settings.py": f'FIREWORKS_API_KEY = "{PLANTED_KEY}"\n'})
+    git(project, "add", "spectrum_rft/settings.py")  # staged is tracked: it would go
+    rc = main(_argv(server, project, tmp_path))
+    cap = capsys.readouterr()
+    assert rc == 2 and server.records == []
+    assert len(cap.err.strip().splitlines()) == 1, cap.err
+    assert "spectrum_rft/settings.py:1 (a value assigned to FIREWORKS_API_KEY)" in cap.err
+    assert "git rm --cached" in cap.err and "Traceback" not in cap.err
+    _no_secrets(cap.out, cap.err)

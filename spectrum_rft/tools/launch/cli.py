@@ -1,6 +1,6 @@
 """``spectrum-rft launch``: one Fireworks RFT job per experiment arm, through the fireworks-ai SDK.
 
-    spectrum-rft launch --arm weak-scaffold --dry-run            # print the exact requests, no network
+    spectrum-rft launch --arm weak-scaffold --dry-run            # every file uploaded, the exact requests; no network
     spectrum-rft launch --arm weak-scaffold                       # dataset -> evaluator -> job
     spectrum-rft launch --arm scrambled-control --reuse-evaluator # same evaluator code for every arm
 
@@ -8,12 +8,13 @@ Three steps, always in this order, each through ``fireworks.Fireworks``:
 
 1. **dataset**: rows from :func:`make_spectrum_dataset.make_rows` (EvaluationRow JSON), ``datasets.create``
    then ``datasets.upload``.
-2. **evaluator**: ``evaluators.create`` + ``get_upload_endpoint`` + PUT of the project tarball to the signed
+2. **evaluator**: ``evaluators.create`` + ``get_upload_endpoint`` + PUT of the evaluator tarball to the signed
    URL + ``validate_upload``, then ``evaluators.get`` until ACTIVE. (Not
    ``eval_protocol.evaluation.create_evaluation``: it reads its base URL only from the process-wide
    ``FIREWORKS_API_BASE`` variable, writes the tarball into the project directory, and logs a failed code
    upload as a warning while returning success, so a half-created evaluator would go unreported. The
-   requests here are the same ones it sends, with the same ignore rules for the tarball.)
+   requests here are the same ones it sends. The tarball holds only files git tracks, of the evaluator's
+   folders, less its ignore rules; a file that looks like a secret refuses the launch: :mod:`.tarball`.)
 3. **job**: ``reinforcement_fine_tuning_jobs.create``.
 
 Epochs (see docs/LAUNCH.md): with ``--epoch-mode fresh`` (default) the dataset holds ``--rows`` rows for each
@@ -31,6 +32,7 @@ every resource already created, with the flags that resume from there.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -38,7 +40,7 @@ from dataclasses import fields
 from typing import Any
 
 from spectrum_rft.task.arms import ARMS
-from .dryrun import dry_run, firectl_lines
+from .dryrun import dry_run, firectl_lines, source_listing
 from .execute import execute, resume_flags
 from .ids import redacted_logs
 from .options import DEFAULTS, EPOCH_MODES, LOSS_METHODS, LaunchError, LaunchOptions
@@ -51,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="arms: " + "; ".join(f"{a.name} = {a.prompt} + {a.memory_mode}" for a in ARMS.values()))
     ap.add_argument("--arm", choices=list(ARMS), help="experiment arm (required unless --list-arms)")
     ap.add_argument("--list-arms", action="store_true", help="print the arms and exit")
-    ap.add_argument("--dry-run", action="store_true", help="print the exact requests and firectl lines; no network")
+    ap.add_argument("--dry-run", action="store_true", help="list every file the evaluator upload would hold "
+                    "(with sizes), print the exact requests and firectl lines; no network")
     ap.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     g = ap.add_argument_group("dataset")
     g.add_argument("--rows", type=int, default=DEFAULTS["rows"], help="rows (bands) per epoch")
@@ -68,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--reuse-dataset", default=None, metavar="ID", help="use an uploaded dataset; skip the step")
     g = ap.add_argument_group("evaluator")
     g.add_argument("--entry", default="turn", help="turn | rft (the MCP entry; also: mcp) | FILE.py::FUNCTION (default turn)")
-    g.add_argument("--project-dir", default=".", help="evaluator source root (default: current directory)")
+    g.add_argument("--project-dir", default=".", help="evaluator source root, a git work tree: only files git "
+                   "tracks are uploaded (default: current directory)")
     g.add_argument("--evaluator-id", default=None, help="default: derived from the entry, as eval-protocol does")
     g.add_argument("--reuse-evaluator", action="store_true", help="use the uploaded evaluator as is")
     g.add_argument("--evaluator-timeout", type=float, default=900.0, help="seconds to wait for ACTIVE")
@@ -115,7 +119,7 @@ def print_plan(plan: Plan, err: Any) -> None:
         print(f"dataset: {plan.dataset_rows} rows = {plan.rows_per_epoch} x {plan.dataset_epochs} dataset epoch(s) "
               f"-> {plan.dataset_path}", file=err)
     if plan.source:
-        print(f"evaluator source: {plan.source['tarball']} {len(plan.source['files'])} files, "
+        print(f"evaluator source: {plan.source['tarball']} {len(plan.source['files'])} files tracked by git, "
               f"{plan.source['bytes']} bytes, sha256 {plan.source['sha256'][:16]}", file=err)
     for n in plan.notes:
         print(n, file=err)
@@ -124,10 +128,14 @@ def print_plan(plan: Plan, err: Any) -> None:
 def _print_dry_run(plan: Plan, requests: list[dict], as_json: bool, out: Any) -> None:
     lines = firectl_lines(plan)
     if as_json:
-        print(json.dumps({"dry_run": True, "arm": plan.arm.name, "requests": requests, "firectl": lines,
-                          "notes": plan.notes}, indent=2), file=out)
+        src = plan.source
+        source = {k: src[k] for k in ("tarball", "bytes", "sha256", "total_bytes")} | {
+            "files": [{"path": rel, "bytes": src["file_bytes"][rel]} for rel in src["files"]]} if src else {}
+        print(json.dumps({"dry_run": True, "arm": plan.arm.name, "source": source, "requests": requests,
+                          "firectl": lines, "notes": plan.notes}, indent=2), file=out)
     else:
-        print("# dry run: no request was sent. The requests, in order:", file=out)
+        print("\n".join(source_listing(plan)), file=out)
+        print("\n# dry run: no request was sent. The requests, in order:", file=out)
         print(json.dumps(requests, indent=2), file=out)
         print("\n# equivalent command lines:", file=out)
         print("\n".join(lines), file=out)
@@ -189,7 +197,11 @@ def main(argv: list[str] | None = None) -> int:
         except LaunchError as e:
             print(f"spectrum-rft launch: {e}", file=err)
             return 2
-    _print_dry_run(plan, requests, a.json, out)
+    try:
+        _print_dry_run(plan, requests, a.json, out)
+    except BrokenPipeError:  # `launch --dry-run | head`: the reader left early, which is no error of the launch
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())  # nothing left to flush at exit
     return 0
 
 

@@ -1,5 +1,6 @@
 """The dry run: :func:`~spectrum_rft.tools.launch.execute.execute` with the real SDK over an in-process
-transport that records and answers, and the equivalent firectl command lines."""
+transport that records and answers, every file the evaluator upload holds (with its size), and the
+equivalent firectl command lines."""
 
 from __future__ import annotations
 
@@ -70,6 +71,29 @@ def dry_run(plan: Plan, secrets: list[str]) -> list[dict]:
     if out.error:  # only our own validation can fail here
         raise LaunchError(f"dry run failed at {out.failed_step}: {out.error}")
     return [describe_request(step, req, plan, secrets) for step, req in recorded]
+
+
+def source_listing(plan: Plan) -> list[str]:
+    """What would leave this machine in the evaluator tarball: every file with its size, and the total.
+    Empty when the plan reuses an uploaded evaluator (nothing is uploaded)."""
+    src = plan.source
+    if not src:
+        return ["# evaluator source: none uploaded (--reuse-evaluator)"]
+    width = max(len(f"{src['total_bytes']:,}"), 5)
+    lines = [f"# evaluator source ({src['tarball']}): every file that would leave this machine, the files git "
+             "tracks of the evaluator's folders (bytes, path)"]
+    lines += [f"{src['file_bytes'][rel]:>{width},}  {rel}" for rel in src["files"]]
+    lines.append(f"{src['total_bytes']:>{width},}  total: {len(src['files'])} files "
+                 f"({_human(src['total_bytes'])}; {_human(src['bytes'])} compressed, sha256 {src['sha256'][:16]})")
+    return lines
+
+
+def _human(n: int) -> str:
+    for unit in ("bytes", "KiB", "MiB"):
+        if n < 1024 or unit == "MiB":
+            return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
 
 
 def firectl_lines(plan: Plan) -> list[str]:

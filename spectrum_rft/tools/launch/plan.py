@@ -1,5 +1,6 @@
 """The plan: every id, row and request body of a launch, decided from :class:`LaunchOptions` before any
-request. Reads the project directory (for the tarball); writes nothing (:func:`write_dataset` does)."""
+request. Reads the project directory and asks git which files it tracks (for the tarball: :mod:`.tarball`);
+writes nothing (:func:`write_dataset` does)."""
 
 from __future__ import annotations
 
@@ -200,10 +201,28 @@ def build_plan(o: LaunchOptions, env: Mapping[str, str] | None = None) -> Plan:
                 notes=notes, dataset=rows)
     if not o.reuse_evaluator:
         plan.tarball, plan.source = source_bundle(project_dir, exclude=[dataset_path])
+        _check_source(o, entry, plan.source, notes)
         if len(plan.tarball) > TAR_WARN_BYTES:
-            notes.append(f"WARNING: the evaluator tarball is {len(plan.tarball) / 2**20:.0f} MiB; add large "
-                         "files to .gitignore")
+            notes.append(f"WARNING: the evaluator tarball is {len(plan.tarball) / 2**20:.0f} MiB; untrack large "
+                         "files (git rm --cached)")
     return plan
+
+
+def _check_source(o: LaunchOptions, entry: str, source: dict[str, Any], notes: list[str]) -> None:
+    """The tarball holds what git tracks: an entry or requirements.txt on disk but untracked would not reach the
+    cloud (an error, a warning in a dry run); other untracked evaluator files are named (not packed)."""
+    must = (entry.split("::")[0], "requirements.txt")
+    for rel in must:
+        if rel in source["untracked"]:
+            problem = f"{rel} is not tracked by git, so it would not be uploaded (git add {rel})"
+            if not o.dry_run:
+                raise LaunchError(problem)
+            notes.append(f"WARNING: {problem}")
+    rest = [r for r in source["untracked"] if r not in must]
+    if rest:
+        shown = ", ".join(rest[:10]) + (f" and {len(rest) - 10} more" if len(rest) > 10 else "")
+        notes.append(f"note: {len(rest)} untracked file(s) of the evaluator's folders are NOT uploaded (git add "
+                     f"them to upload): {shown}")
 
 
 def write_dataset(plan: Plan) -> Path | None:
