@@ -145,25 +145,6 @@ def test_model_specs():
         se.model_specs(["accumulate", "spectrum/accumulate"])
 
 
-def test_rows_map_to_models_by_experiment_order():
-    """The same model twice (different params the processor may drop) still maps experiment by experiment."""
-    specs = [se.ModelSpec("a", {"model": "openai/m", "temperature": 0.0}),
-             se.ModelSpec("b", {"model": "openai/m", "temperature": 0.7}),
-             se.ModelSpec("c", {"model": "spectrum/oracle"})]
-
-    def row(exp: str, t: str, cp: dict) -> dict:
-        return {"execution_metadata": {"experiment_id": exp}, "created_at": t, "input_metadata": {"completion_params": cp}}
-
-    rows = [row("x2", "2025-01-01T00:00:02", {"model": "openai/m"}),
-            row("x1", "2025-01-01T00:00:01", {"model": "openai/m", "max_tokens": 9}),
-            row("x3", "2025-01-01T00:00:03", {"model": "spectrum/oracle"}),
-            row("x4", "2025-01-01T00:00:04", {"model": "openai/m", "temperature": 0.7})]
-    got = se.assign_rows(rows, specs)
-    assert [r["execution_metadata"]["experiment_id"] for r in got["a"]] == ["x1"]
-    assert [r["execution_metadata"]["experiment_id"] for r in got["b"]] == ["x2", "x4"]
-    assert [r["execution_metadata"]["experiment_id"] for r in got["c"]] == ["x3"]
-
-
 def test_bad_arguments_exit_2(capsys):
     for argv in (["--rows", "0"], ["--model", "spectrum/nope"], ["--memory-mode", "telepathy"],
                  ["--path", "grpc"]):
@@ -225,12 +206,12 @@ def test_timeout_stops_the_child_and_everything_it_started(offline_env, tmp_path
     class Model(FirstRowThenHang):
         def __call__(self, request):
             if self.first_done.is_set() and not self.hanging.is_set():  # the MCP server is running now
-                server_logs.extend(tmp_root.glob("spectrum-eval-*/tmp/spectrum_server_*.log"))
+                server_logs.extend((out / se.WORK_DIR).glob("tmp/spectrum_server_*.log"))
             return super().__call__(request)
 
+    out = tmp_path / "out"
     model = Model()
     server = LoopbackLLM(model).start()
-    out = tmp_path / "out"
     try:
         rc = se.main(["--path", "mcp", "--model", "openai/x", "--api-base", server.base_url, "--rows", "2",
                       "--concurrency", "1", "--timeout", "45", "--out", str(out), "--no-progress"])
@@ -252,9 +233,9 @@ def test_timeout_stops_the_child_and_everything_it_started(offline_env, tmp_path
     assert m["rows"] == 1 and m["rows_unfinished"] == 1 and m["stopped"] == "timeout"
     assert m["unfinished_row_ids"] == [r for r in ("eval-r0000", "eval-r0001") if r != rows[0].input_metadata.row_id]
     assert "1/2" in next(line for line in cap.out.splitlines() if line.startswith("openai/x "))
-    # the MCP server logged into the child's own temp folder, removed with the run: nothing left behind
+    # the MCP server logged into the child's own temp folder in --out, removed with the run: nothing left behind
     assert server_logs and all(f"spectrum_server_{stopped[0]}_" in p.name for p in server_logs)
-    assert not list(tmp_root.iterdir())
+    assert not list(tmp_root.iterdir()) and not (out / se.WORK_DIR).exists()
     assert not list(Path(tempfile.gettempdir()).glob(f"spectrum_server_{stopped[0]}_*.log"))
     real_tmp = Path(os.environ.get("TMPDIR") or "/tmp")
     assert not list(real_tmp.glob(f"spectrum_server_{stopped[0]}_*.log"))

@@ -23,7 +23,7 @@ import pytest
 from spectrum_rft.common.processes import group_alive
 from spectrum_rft.tools import evaluation as se
 from spectrum_rft.tools.evaluation import runner
-from loopback_llm import LoopbackLLM, chat_response, policy_responder
+from loopback_llm import LoopbackLLM, Trickle, chat_response, policy_responder
 
 _SCAN = re.compile(r"^Scan (\d+)/(\d+) \| band ", re.M)
 HANG_S = 3600.0  # a request that never gets an answer (released when the server stops)
@@ -87,9 +87,12 @@ def _table_line(text: str, label: str) -> list[str]:
     return next(line for line in text.splitlines() if line.startswith(label + " ")).split()
 
 
-def _scored_rows_streamed(tmp_root: Path) -> int:
-    """Rows the (running) child has scored so far: its stream in the run's temp folder under ``tmp_root``."""
-    return sum(len(f.read_text().splitlines()) for f in tmp_root.glob(f"spectrum-eval-*/{se.STREAM_FILE}"))
+def _scored_rows_streamed(out: Path) -> int:
+    """Rows the (running) child has scored so far: the run's row stream in ``out``."""
+    try:
+        return len((out / se.STREAM_FILE).read_text().splitlines())
+    except OSError:
+        return 0
 
 
 
@@ -320,7 +323,7 @@ def test_a_watchdog_stops_the_run_and_the_finished_row_is_kept(offline_env, tmp_
 
     def watchdog() -> str | None:
         calls.append(time.monotonic())
-        return message if model.hanging.is_set() and _scored_rows_streamed(tmp_root) >= 1 else None
+        return message if model.hanging.is_set() and _scored_rows_streamed(tmp_path / "out") >= 1 else None
 
     try:
         specs = se.model_specs(["openai/x"], api_base=server.base_url)
@@ -344,7 +347,8 @@ def test_a_watchdog_stops_the_run_and_the_finished_row_is_kept(offline_env, tmp_
     assert "model server exited: code -9 (SIGKILL)" in cap.err and "last words of the server log" in cap.err
     assert "cut off: openai/x (1/2 rows finished)" in cap.err
     assert _table_line(cap.out, "openai/x")[-3:] == ["1/2", "0", "-"]
-    assert not list(tmp_root.glob("spectrum-eval-*"))  # the run's temp folder is gone
+    assert not list(tmp_root.iterdir())  # nothing in the system temp folder
+    assert not (out / se.WORK_DIR).exists() and not (out / se.STREAM_FILE).exists()  # rows.jsonl took its rows
 
 
 def test_a_watchdog_that_raises_still_stops_the_run(offline_env, tmp_path, monkeypatch):
@@ -387,7 +391,7 @@ def test_a_local_model_server_that_dies_aborts_the_run(offline_env, tmp_path, ca
         params = {"model": "openai/smollm2", "api_base": server.base_url, "tool_choice": "auto"}
 
         def failure(self) -> str | None:
-            return dead if model.hanging.is_set() and _scored_rows_streamed(tmp_root) >= 1 else None
+            return dead if model.hanging.is_set() and _scored_rows_streamed(tmp_path / "out") >= 1 else None
 
     started: list[bool] = []
 
@@ -429,42 +433,132 @@ def _ctrl_c_default() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def test_ctrl_c_keeps_the_finished_row_and_exits_130(offline_env, tmp_path):
-    """SIGINT (Ctrl-C) once the first row is scored and the second hangs: one line saying where the rows
-    are, no traceback, exit 130; rows.jsonl and summary.json hold the finished row; no child left."""
+def _start_eval(out: Path, tmp_root: Path, server: LoopbackLLM, path: str = "turn",
+                rows: int = 2) -> subprocess.Popen:
+    """``python -m spectrum_rft eval`` as a user starts it (its own session, TMPDIR under the test's folder)."""
+    env = {**os.environ, "TMPDIR": str(tmp_root)}
+    return subprocess.Popen([sys.executable, "-m", "spectrum_rft", "eval", "--path", path, "--model", "openai/x",
+                             "--api-base", server.base_url, "--rows", str(rows), "--concurrency", "1", "--out", str(out),
+                             "--no-progress"], cwd=se.ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True, preexec_fn=_ctrl_c_default)
+
+
+@pytest.mark.parametrize("sig, code, said", [(signal.SIGINT, 130, "interrupted"),
+                                             (signal.SIGTERM, 143, "stopped by SIGTERM"),
+                                             (signal.SIGHUP, 129, "stopped by SIGHUP")])
+def test_ctrl_c_or_sigterm_keeps_the_finished_row_and_says_so(offline_env, tmp_path, sig, code, said):
+    """SIGINT (Ctrl-C), SIGTERM (Slurm, ``timeout``) or SIGHUP (a dropped SSH session) once the first row is
+    scored and the second hangs: one line saying where the rows are and that --resume goes on, no traceback,
+    exit 128 + the signal; rows.jsonl and summary.json hold the finished row; no child left, nothing in the
+    system temp folder."""
     tmp_root = tmp_path / "tmp"
     tmp_root.mkdir()
     out = tmp_path / "out"
     model = FirstRowThenHang()
     server = LoopbackLLM(model).start()
-    env = {**os.environ, "TMPDIR": str(tmp_root)}
-    proc = subprocess.Popen([sys.executable, "-m", "spectrum_rft", "eval", "--model", "openai/x", "--api-base",
-                             server.base_url, "--rows", "2", "--concurrency", "1", "--out", str(out),
-                             "--no-progress"], cwd=se.ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True, preexec_fn=_ctrl_c_default)
+    proc = _start_eval(out, tmp_root, server)
     try:
-        _wait(lambda: proc.poll() is not None or (model.hanging.is_set() and _scored_rows_streamed(tmp_root) >= 1),
+        _wait(lambda: proc.poll() is not None or (model.hanging.is_set() and _scored_rows_streamed(out) >= 1),
               300, "the first row to be scored")
         assert proc.poll() is None, proc.communicate()
-        os.kill(proc.pid, signal.SIGINT)
+        os.kill(proc.pid, sig)
         stdout, stderr = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         server.stop()
-    assert proc.returncode == 130, stdout + stderr
+    assert proc.returncode == code, stdout + stderr
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
     lines = [line for line in stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "interrupted" in lines[0] and str(out) in lines[0], stderr
+    assert len(lines) == 1 and said in lines[0] and str(out) in lines[0] and "--resume" in lines[0], stderr
     assert "1 of 2 rows" in lines[0]
     assert stdout.strip() == ""
     rows = _rows(out)
     assert len(rows) == 1 and rows[0]["evaluation_result"]["score"] > 0.3
     summary = _summary(out)
     assert summary["stopped"] == "interrupted" and summary["models"]["openai/x"]["rows_unfinished"] == 1
-    assert not _procs_with(str(out / "dataset.jsonl")), "the pytest child outlived Ctrl-C"
-    assert not list(tmp_root.glob("spectrum-eval-*"))
+    assert summary["signal"] == (None if sig == signal.SIGINT else sig.name)
+    assert not _procs_with(str(out / "dataset.jsonl")), "the pytest child outlived the signal"
+    assert not list(tmp_root.iterdir())
+
+
+# fields of a row that say when, where and under which ids it ran, not what it did (tool-call ids are the
+# loopback model's random ones; the killed run's model server had another port)
+_WHEN = {"tool_call_id", "api_base", "created_at", "updated_at", "timestamp", "duration_seconds", "rollout_id", "run_id", "experiment_id",
+         "invocation_id", "cohort_id", "eval_duration_seconds", "rollout_duration_seconds", "finished_at", "pid",
+         "id", "created", "started_at", "log_id", "processor_duration_seconds"}
+
+
+def _what_it_did(x):
+    """A row without its timestamps, ids and durations: what a rerun of the same band must reproduce exactly."""
+    if isinstance(x, dict):
+        return {k: _what_it_did(v) for k, v in x.items() if k not in _WHEN and "time" not in k}
+    if isinstance(x, list):
+        return [_what_it_did(v) for v in x]
+    return x
+
+
+@pytest.mark.parametrize("path", ["turn", "mcp"])
+def test_kill_9_loses_no_finished_row_and_resume_runs_only_the_rest(offline_env, tmp_path, path):
+    """``kill -9`` of ``spectrum-rft eval`` (an OOM kill, a preempted node) once one row is scored and the next
+    hangs: the finished row is on disk in --out, every process the command started is gone within seconds,
+    nothing is in the system temp folder; ``--resume`` runs only the unfinished row, and the rows equal an
+    uninterrupted run's (the turn path's: both paths score the same bands alike), timestamps and ids aside."""
+    import psutil
+
+    tmp_root = tmp_path / "tmp"
+    tmp_root.mkdir()
+    out = tmp_path / "out"
+    model = FirstRowThenHang()
+    server = LoopbackLLM(model).start()
+    proc = _start_eval(out, tmp_root, server, path)
+    try:
+        _wait(lambda: proc.poll() is not None or (model.hanging.is_set() and _scored_rows_streamed(out) >= 1),
+              300, "the first row to be scored")
+        assert proc.poll() is None, proc.communicate()
+        family = psutil.Process(proc.pid).children(recursive=True)
+        assert family, "the eval started no child"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        gone, alive = psutil.wait_procs(family, timeout=30)
+        assert not alive, f"outlived kill -9 of their parent: {[p.cmdline()[:4] for p in alive]}"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        server.stop()
+    assert not list(tmp_root.iterdir())
+    assert not (out / "rows.jsonl").exists() and _scored_rows_streamed(out) == 1
+
+    server = LoopbackLLM(policy_responder("accumulate")).start()
+    try:
+        resumed = _start_eval(out, tmp_root, server, path)
+        _, err = resumed.communicate(timeout=300)
+        assert resumed.returncode == 2 and "already holds a run (rows.partial.jsonl)" in err, err  # never overwritten
+        cmd = [sys.executable, "-m", "spectrum_rft", "eval", "--path", path, "--model", "openai/x", "--api-base",
+               server.base_url, "--rows", "2", "--concurrency", "1", "--no-progress"]
+        res = subprocess.run([*cmd, "--out", str(out), "--resume"], cwd=se.ROOT, capture_output=True, text=True,
+                             timeout=300, env={**os.environ, "TMPDIR": str(tmp_root)})
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert "resume: 1 finished rows kept, 1 of 2 rows to run" in res.stderr
+        asked = server.count
+        full = tmp_path / "full"
+        res = subprocess.run([*cmd[:3], *cmd[3:], "--path", "turn", "--out", str(full)], cwd=se.ROOT,
+                             capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stdout + res.stderr
+    finally:
+        server.stop()
+    assert 12 <= asked <= 12 * 2, "the resume ran the finished row again"
+    got, want = _rows(out), _rows(full)
+    assert [r["input_metadata"]["row_id"] for r in got] == ["eval-r0000", "eval-r0001"]
+    if path == "turn":
+        assert [_what_it_did(r) for r in got] == [_what_it_did(r) for r in want]
+    assert [json.dumps(r["evaluation_result"], sort_keys=True) for r in got] == \
+        [json.dumps(r["evaluation_result"], sort_keys=True) for r in want]
+    assert _summary(out)["resumed"] == {"kept_rows": 1, "ran_rows": 1}
+    assert not (out / se.STREAM_FILE).exists() and not (out / se.WORK_DIR).exists()
+    assert not list(tmp_root.iterdir())
 
 
 # --------------------------------------------------------------------------------------------------
@@ -472,22 +566,25 @@ def test_ctrl_c_keeps_the_finished_row_and_exits_130(offline_env, tmp_path):
 # --------------------------------------------------------------------------------------------------
 
 
-def test_streamed_rows_fill_in_for_unpersisted_items(tmp_path):
-    def row(exp: str, rid: str, rollout: str, score: float) -> dict:
-        return {"execution_metadata": {"experiment_id": exp, "rollout_id": rollout, "run_id": "r"},
-                "input_metadata": {"row_id": rid}, "evaluation_result": {"score": score}}
+def test_the_row_stream_reads_back_each_models_first_row_of_each_id(tmp_path):
+    """The stream is read from an offset (what this child wrote), skips a line cut short by a killed child
+    and lines that are not streamed rows; per model the first row of each id wins (a kept row over a rerun)."""
+    def row(rid: str, score: float) -> dict:
+        return {"input_metadata": {"row_id": rid}, "evaluation_result": {"score": score}, "evals": {"score": score}}
 
-    persisted = tmp_path / "experiment_results"
-    persisted.mkdir()
-    (persisted / "e1.jsonl").write_text(json.dumps({**row("e1", "a", "1", 0.5), "evals": {"score": 0.5}}) + "\n")
     stream = tmp_path / se.STREAM_FILE
-    stream.write_text("\n".join(json.dumps(r) for r in [row("e1", "a", "1", 0.4), row("e2", "a", "2", 0.7),
-                                                        row("e2", "a", "2", 0.8)])
-                      + "\n" + '{"execution_metadata": {"experi')  # a line cut short by a killed child
-    got = se.collect_rows(tmp_path, stream)
-    assert [(r["execution_metadata"]["experiment_id"], r["evaluation_result"]["score"]) for r in got] == \
-        [("e1", 0.5), ("e2", 0.8)]
-    assert "evals" not in got[0]
+    earlier = json.dumps({"model": "a", "row": row("r0", 0.1)}) + "\n"
+    stream.write_text(earlier + "".join(json.dumps(x) + "\n" for x in [
+        {"model": "a", "row": row("r1", 0.4)}, {"model": "b", "row": row("r1", 0.7)}, {"model": "a", "row": row("r1", 0.9)},
+        {"model": "c", "row": row("r2", 0.3)}, {"not": "a row"}, [1, 2]]) + '{"model": "a", "row": {"input_met')
+    pairs = se.load_streamed_rows(stream)
+    assert [(m, r["input_metadata"]["row_id"]) for m, r in pairs] == \
+        [("a", "r0"), ("a", "r1"), ("b", "r1"), ("a", "r1"), ("c", "r2")]
+    assert all("evals" not in r for _, r in pairs)
+    got = se.first_of_each(["a", "b"], se.load_streamed_rows(stream, offset=len(earlier)))
+    assert {k: [(r["input_metadata"]["row_id"], r["evaluation_result"]["score"]) for r in v] for k, v in got.items()} == \
+        {"a": [("r1", 0.4)], "b": [("r1", 0.7)]}
+    assert se.load_streamed_rows(tmp_path / "missing.jsonl") == []
 
 
 def test_progress_follower_counts_marks_split_across_reads_and_far_from_the_end():

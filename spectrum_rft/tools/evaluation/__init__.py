@@ -23,7 +23,10 @@ that format ever changes, the bar degrades to per-model progress, never to a fai
 
 Results go under ``--out`` (default ``runs/eval/<path>-<time>``): ``dataset.jsonl`` (the input rows),
 ``rows.jsonl`` (every scored EvaluationRow), ``summary.json``, ``per_scan_reward.png`` and
-``pytest.log`` (the child's pytest output).
+``pytest.log`` (the child's pytest output). While the run goes, every row the child scores is appended to
+``rows.partial.jsonl`` there (flushed and fsynced as it is scored, labelled with its model); it becomes
+``rows.jsonl`` when the run ends and is then removed. Nothing goes to the system temp folder: the child's
+output and temp folders are ``--out/.eval-work``, removed when the child is done.
 
 When a run goes wrong:
 
@@ -33,20 +36,22 @@ When a run goes wrong:
   most frequent environment fault kinds, scans skipped of all scans; totals in ``summary.json``). A model
   whose every row errored, or whose every scan was skipped, fails the run (exit 1) with one line naming
   the cause and the log; more than half of a model's scans skipped is a WARNING.
-* **Stopped runs** (``--timeout``, Ctrl-C, a watchdog of :func:`run_eval`): the child's process group is
-  stopped and every row that finished is kept: rows.jsonl and summary.json are written (``stopped``,
-  ``cut_off``, per model ``rows_unfinished``). eval-protocol persists an item's rows only when the whole
-  item has finished, so the child streams each row as the entry scores it (:func:`.plugin.pytest_configure`).
-  Exit 1 (timeout, watchdog) or 130 (Ctrl-C: one line saying where the rows are).
-* The child runs with its own ``TMPDIR`` inside the run's temp folder: whatever it or the MCP server
-  leaves there (a stopped server's log) is removed with it.
+* **Stopped runs** (``--timeout``, Ctrl-C, SIGTERM, SIGHUP, a watchdog of :func:`run_eval`): the child's
+  process group is stopped and every row that finished is kept: rows.jsonl and summary.json are written
+  (``stopped``, ``signal``, ``cut_off``, per model ``rows_unfinished``). eval-protocol persists an item's
+  rows only when the whole item has finished, so the child streams each row as the entry scores it
+  (:func:`.plugin.pytest_configure`). Exit 1 (timeout, watchdog), 130 (Ctrl-C), 143/129 (SIGTERM/SIGHUP):
+  one line saying where the rows are and that ``--resume`` goes on.
+* **Killed runs** (``kill -9``, an OOM kill, a reboot): the finished rows are in ``rows.partial.jsonl``;
+  ``--resume`` keeps them and runs the rest. The child polls its parent and ends its whole process group
+  (itself and the MCP server) once the parent is gone.
 
 The package, one job per module (each imports only the ones above it in this list):
 
 * :mod:`.specs`     model names -> :class:`ModelSpec` (label, completion params, privileged, local)
 * :mod:`.plugin`    the child's pytest plugin (``-p spectrum_rft.tools.evaluation.plugin``): item marks, row stream
 * :mod:`.progress`  the progress bar
-* :mod:`.rows`      the child's scored rows: persisted, streamed, assigned to their model
+* :mod:`.rows`      the run's row stream: read back, the first row of each id per model
 * :mod:`.runner`    the pytest child: environment, command, process group, watchdogs, tqdm-fed progress
 * :mod:`.summary`   rows -> metrics, per-scan curve, error causes, faults, skipped scans
 * :mod:`.render`    the table, the fault summary, skip warnings, the per-scan plot
@@ -57,13 +62,13 @@ from __future__ import annotations
 
 from spectrum_rft.tools.entries import PROJECT_ROOT
 from spectrum_rft.tools.evaluation.cli import build_parser, main, out_problem, report, run_eval, write_dataset
-from spectrum_rft.tools.evaluation.plugin import STREAM_ENV, STREAM_FILE
+from spectrum_rft.tools.evaluation.plugin import MODELS_ENV, PARENT_ENV, STREAM_ENV, STREAM_FILE
 from spectrum_rft.tools.evaluation.progress import Progress
 from spectrum_rft.tools.evaluation.render import (format_fault_summary, format_table, plot_per_scan,
                                                   skip_warnings)
-from spectrum_rft.tools.evaluation.rows import assign_rows, collect_rows, load_result_rows, load_streamed_rows
-from spectrum_rft.tools.evaluation.runner import (OFFLINE_ENV, WATCHDOG_POLL_S, EvalError, ModelsRun, Watchdog,
-                                                  child_env, entry_command, run_models)
+from spectrum_rft.tools.evaluation.rows import first_of_each, load_streamed_rows, row_id
+from spectrum_rft.tools.evaluation.runner import (OFFLINE_ENV, WATCHDOG_POLL_S, WORK_DIR, EvalError, ModelsRun, Stop,
+                                                  Watchdog, child_env, entry_command, run_models)
 from spectrum_rft.tools.evaluation.specs import (DEFAULT_LADDER, PATH_PARAM_DEFAULTS, POLICY_PREFIX, PRIVILEGED,
                                                  ModelSpec, model_specs)
 from spectrum_rft.tools.evaluation.summary import (FAILURE_CAUSES, METRICS, MODEL_FAILURE, classify_failure_text,
@@ -74,10 +79,11 @@ ROOT = PROJECT_ROOT  # the evaluation entries live there
 
 __all__ = [
     "DEFAULT_LADDER", "FAILURE_CAUSES", "METRICS", "MODEL_FAILURE", "OFFLINE_ENV", "PATH_PARAM_DEFAULTS",
-    "POLICY_PREFIX", "PRIVILEGED", "ROOT", "STREAM_ENV", "STREAM_FILE", "WATCHDOG_POLL_S", "EvalError", "ModelSpec",
-    "ModelsRun", "Progress", "Watchdog", "assign_rows", "build_parser", "child_env", "classify_failure_text",
-    "collect_rows", "entry_command", "error_cause", "fault_group", "format_fault_summary", "format_table",
-    "is_error_row", "load_result_rows", "load_streamed_rows", "main", "model_specs", "out_problem", "per_scan_rewards",
+    "MODELS_ENV", "PARENT_ENV", "POLICY_PREFIX", "PRIVILEGED", "ROOT", "STREAM_ENV", "STREAM_FILE", "WATCHDOG_POLL_S",
+    "WORK_DIR", "EvalError", "ModelSpec", "ModelsRun", "Progress", "Stop", "Watchdog", "build_parser", "child_env",
+    "classify_failure_text", "entry_command", "error_cause", "fault_group", "first_of_each", "format_fault_summary",
+    "format_table", "is_error_row", "load_streamed_rows", "main", "model_specs", "out_problem", "per_scan_rewards",
+    "row_id",
     "plot_per_scan", "report", "row_faults", "row_metric", "row_scans", "run_eval", "run_models", "skip_warnings",
     "summarize", "write_dataset",
 ]

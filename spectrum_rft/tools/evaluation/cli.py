@@ -8,16 +8,20 @@ import argparse
 import json
 import math
 import os
+import signal
 import sys
+import threading
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from spectrum_rft.tools.entries import ENTRIES, PROJECT_ROOT
 from spectrum_rft.tools.evaluation.progress import Progress
 from spectrum_rft.tools.evaluation.render import format_fault_summary, format_table, plot_per_scan, skip_warnings
-from spectrum_rft.tools.evaluation.runner import EvalError, Watchdog, run_models
+from spectrum_rft.tools.evaluation.plugin import STREAM_FILE
+from spectrum_rft.tools.evaluation.rows import first_of_each, load_streamed_rows, row_id
+from spectrum_rft.tools.evaluation.runner import EvalError, Stop, Watchdog, run_models
 from spectrum_rft.tools.evaluation.specs import DEFAULT_LADDER, PATH_PARAM_DEFAULTS, ModelSpec, model_specs
 from spectrum_rft.tools.evaluation.summary import METRICS, summarize
 from spectrum_rft.tools.local_llm import LocalServerError  # stdlib only: cheap
@@ -125,35 +129,55 @@ def write_dataset(path: Path, n: int, *, preset: str, memory_mode: str | None, r
 
 def kept_rows(out: Path, dataset: Path, specs: list[ModelSpec]) -> list[list[dict]]:
     """For ``--resume``: the finished rows the run in ``out`` kept, for each of ``specs`` (a model the run did
-    not have: none; ``local`` matches the label it was given, ``local (<model>)``). ``dataset`` is this run's dataset, built beside the kept one: they must be identical (same
-    rows, preset, salt, ...), else :class:`EvalError` says so."""
+    not have: none; ``local`` matches the label it was given, ``local (<model>)``): the rows of a run that ended
+    (``rows.jsonl`` with its ``summary.json``) and those in the row stream of a run that was killed before it
+    could write them (:data:`STREAM_FILE`). ``dataset`` is this run's dataset, built beside the kept one: they
+    must be identical (same rows, preset, salt, ...), else :class:`EvalError` says so."""
     kept_dataset, rows_file, summary_file = out / "dataset.jsonl", out / "rows.jsonl", out / "summary.json"
-    if not (kept_dataset.is_file() and rows_file.is_file() and summary_file.is_file()):
-        raise EvalError(f"--resume: {out} holds no run to go on with (dataset.jsonl, rows.jsonl, summary.json)")
+    stream = out / STREAM_FILE
+    if not (kept_dataset.is_file() and (rows_file.is_file() or stream.is_file())):
+        raise EvalError(f"--resume: {out} holds no run to go on with (dataset.jsonl with rows.jsonl or {STREAM_FILE})")
     if kept_dataset.read_bytes() != dataset.read_bytes():
         raise EvalError(f"--resume: the run in {out} has other rows (its dataset.jsonl differs): give the flags of "
                         "the first run (--rows, --preset, --memory-mode, --prompt, --reward, --salt, "
                         "--max-calls-per-scan), or another --out")
-    try:
-        summary = json.loads(summary_file.read_text())
-        lines = [json.loads(x) for x in rows_file.read_text().splitlines() if x.strip()]
-        counts = [(label, int(m["rows"])) for label, m in summary["models"].items()]
-    except (ValueError, KeyError, TypeError) as e:
-        raise EvalError(f"--resume: cannot read the run in {out}: {e}") from e
-    if sum(n for _, n in counts) != len(lines):
-        raise EvalError(f"--resume: {rows_file} does not hold the rows its summary.json counts")
-    by_label, i = {}, 0
-    for label, n in counts:  # rows.jsonl holds each model's rows in turn (write_model_rows)
-        by_label[label], i = lines[i:i + n], i + n
-    def kept_of(label: str) -> list[dict]:
-        started = [k for k in by_label if k.startswith(f"{label} (")] if label == "local" else []
-        return by_label.get(label) or (by_label[started[0]] if started else [])
+    pairs: list[tuple[str, dict]] = []
+    if rows_file.is_file() and summary_file.is_file():  # a run that ended (else: killed before its summary)
+        try:
+            summary = json.loads(summary_file.read_text())
+            lines = [json.loads(x) for x in rows_file.read_text().splitlines() if x.strip()]
+            counts = [(label, int(m["rows"])) for label, m in summary["models"].items()]
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise EvalError(f"--resume: cannot read the run in {out}: {e}") from e
+        if sum(n for _, n in counts) != len(lines):
+            raise EvalError(f"--resume: {rows_file} does not hold the rows its summary.json counts")
+        i = 0
+        for label, n in counts:  # rows.jsonl holds each model's rows in turn (write_model_rows)
+            pairs += [(label, r) for r in lines[i:i + n]]
+            i += n
+    pairs += load_streamed_rows(stream)
+    labels = {label for label, _ in pairs}
 
-    return [kept_of(spec.label) for spec in specs]
+    def kept_label(spec: ModelSpec) -> str:
+        started = sorted(k for k in labels if k.startswith(f"{spec.label} (")) if spec.label == "local" else []
+        return spec.label if spec.label in labels or not started else started[0]
+
+    wanted = {kept_label(spec): spec for spec in specs}
+    by_label = first_of_each(wanted, pairs)
+    return [by_label[kept_label(spec)] for spec in specs]
 
 
-def _row_id(row: dict) -> Any:
-    return (row.get("input_metadata") or {}).get("row_id")
+def in_the_whole_dataset(row: dict, order: dict[Any, int]) -> dict:
+    """A row a resume ran, placed in the run's whole dataset as an uninterrupted run would have it: eval-protocol's
+    loader records the row's index and the row count of the dataset it loaded (``dataset_info["data_loader_*"]``),
+    and a resume loads only the unfinished rows."""
+    info = (row.get("input_metadata") or {}).get("dataset_info")
+    if isinstance(info, dict) and "data_loader_row_idx" in info and row_id(row) in order:
+        info["data_loader_row_idx"] = order[row_id(row)]
+        for k in ("data_loader_num_rows", "data_loader_num_rows_after_preprocessing"):
+            if k in info:
+                info[k] = len(order)
+    return row
 
 
 def start_local_models(specs: list[ModelSpec], stack: ExitStack, bar: Progress) -> list[Watchdog]:
@@ -181,7 +205,8 @@ def write_model_rows(specs: list[ModelSpec], run: Any, ids: list[str], rows: int
     models the stopped run cut off)."""
     models: dict[str, dict[str, Any]] = {}
     cut_off: list[str] = []
-    with path.open("w") as f:
+    part = path.with_name(path.name + ".tmp")
+    with part.open("w") as f:
         for spec in specs:
             mine = run.by_model[spec.label]
             for r in mine:
@@ -198,7 +223,19 @@ def write_model_rows(specs: list[ModelSpec], run: Any, ids: list[str], rows: int
                     s["aborted"] = run.message
                 cut_off.append(spec.label)
             models[spec.label] = s
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(part, path)
     return models, cut_off
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    part = path.with_name(path.name + ".tmp")
+    with part.open("w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(part, path)
 
 
 def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset: str = "default",
@@ -230,6 +267,10 @@ def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset:
     if rows > MAX_ROWS:
         raise ValueError(f"--rows {rows} is more than {MAX_ROWS} bands per model; run it in parts (--salt, --out)")
     out.mkdir(parents=True, exist_ok=True)
+    stream = out / STREAM_FILE  # every scored row, appended as it is scored: what a killed run leaves
+    if not resume:  # a run --overwrite replaces: nothing of it may be taken for this run's
+        for name in (STREAM_FILE, "rows.jsonl", "summary.json"):
+            (out / name).unlink(missing_ok=True)
     dataset = write_dataset(out / ("dataset.jsonl.resume" if resume else "dataset.jsonl"), rows, preset=preset,
                             memory_mode=memory_mode, reward=reward, prompt=prompt, salt=salt,
                             max_calls_per_scan=max_calls_per_scan)
@@ -240,7 +281,7 @@ def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset:
             kept = kept_rows(out, dataset, specs)
         finally:
             dataset.unlink(missing_ok=True)
-        done = [{_row_id(r) for r in rs} for rs in kept]
+        done = [{row_id(r) for r in rs} for rs in kept]
         todo = [i for i in all_ids if any(i not in d for d in done)]
         lines = [x for x in (out / "dataset.jsonl").read_text().splitlines() if x.strip()]
         dataset = out / "dataset.resume.jsonl"
@@ -260,7 +301,7 @@ def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset:
         bar.model(0, specs[0].label)
         try:
             run = run_models(path, specs, dataset, n_run, concurrency=concurrency, log_path=out / "pytest.log",
-                             timeout=max(1.0, timeout * len(specs) - (time.monotonic() - started)),
+                             stream=stream, timeout=max(1.0, timeout * len(specs) - (time.monotonic() - started)),
                              keep_ep_logs=keep_ep_logs, progress=bar, watchdogs=dogs)
         finally:
             bar.finish()
@@ -268,9 +309,9 @@ def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset:
     if resume:  # the kept rows and this run's, each model's in dataset order (a row it had finished: the kept one)
         order = {i: k for k, i in enumerate(all_ids)}
         for spec, mine in zip(specs, kept):
-            have = {_row_id(r) for r in mine}
-            new = [r for r in run.by_model.get(spec.label, []) if _row_id(r) not in have]
-            run.by_model[spec.label] = sorted(mine + new, key=lambda r: order.get(_row_id(r), len(order)))
+            have = {row_id(r) for r in mine}
+            new = [in_the_whole_dataset(r, order) for r in run.by_model.get(spec.label, []) if row_id(r) not in have]
+            run.by_model[spec.label] = sorted(mine + new, key=lambda r: order.get(row_id(r), len(order)))
         dataset.unlink(missing_ok=True)
     models, cut_off = write_model_rows(specs, run, all_ids, rows, out / "rows.jsonl")
     displays = {s.label: s.display for s in specs}
@@ -287,10 +328,12 @@ def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset:
         "models": models, "plot": plot, "out": str(out), "log": str(out / "pytest.log"), "wall_s": wall,
         "displays": displays, "missing": [k for k, v in models.items() if v["rows"] < rows],
         "stopped": run.stopped, "aborted": run.message if run.stopped == "aborted" else None, "cut_off": cut_off,
+        "signal": run.message if run.stopped == "interrupted" else None,
         "timeout_s": timeout, "run_s": run.elapsed_s,
         "resumed": {"kept_rows": sum(len(v) for v in kept), "ran_rows": n_run} if resume else None,
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    _write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    stream.unlink(missing_ok=True)  # its rows are in rows.jsonl, which summary.json now counts
     return summary
 
 
@@ -302,16 +345,19 @@ def _first_line(text: Any, n: int = 400) -> str:
 def report(summary: dict[str, Any], *, as_json: bool = False) -> int:
     """Print a run's results (the table and the fault summary, or JSON) on stdout and what went wrong on
     stderr; return the exit status: 0, 1 (a model errored on every row, skipped every scan, or came back
-    incomplete; the run was stopped by the timeout or a watchdog), 130 (Ctrl-C: one line, no table)."""
+    incomplete; the run was stopped by the timeout or a watchdog), 130 (Ctrl-C: one line, no table), 143 or
+    129 (SIGTERM or SIGHUP: the same line, naming the signal)."""
     models, displays = summary["models"], summary["displays"]
     out, log = summary["out"], summary.get("log") or str(Path(summary["out"]) / "pytest.log")
     stopped = summary.get("stopped")
     if stopped == "interrupted":
         kept = sum(v["rows"] for v in models.values())
-        print(f"spectrum-rft eval: interrupted: the run was stopped; {kept} of {summary['rows'] * len(models)} rows "
+        sig = summary.get("signal")
+        how = f"stopped by {sig}" if sig else "interrupted"
+        print(f"spectrum-rft eval: {how}: the run was stopped; {kept} of {summary['rows'] * len(models)} rows "
               f"had finished and are kept in {out} (rows.jsonl, summary.json); the same command with --resume "
               "runs the rest", file=sys.stderr)
-        return 130
+        return 128 + int(getattr(signal.Signals, sig)) if sig in STOP_SIGNALS else 130
     if as_json:
         keys = (*METRICS, "privileged", "rows_errored", "error_cause", "rows_unfinished", "scans_skipped_total",
                 "scans_total", "faults")
@@ -372,10 +418,11 @@ def out_problem(out: Path, overwrite: bool, resume: bool = False) -> str | None:
         return f"--out {out} is a file; give a folder"
     if overwrite and resume:
         return "--overwrite replaces the run in --out and --resume goes on with it: give one"
-    if resume and not (out / "rows.jsonl").exists():
-        return f"--resume: {out} holds no run to go on with (no rows.jsonl)"
-    if (out / "rows.jsonl").exists() and not (overwrite or resume):
-        return (f"--out {out} already holds a run (rows.jsonl): give another folder, --resume to go on with it, or "
+    held = [name for name in ("rows.jsonl", STREAM_FILE) if (out / name).exists()]
+    if resume and not held:
+        return f"--resume: {out} holds no run to go on with (no rows.jsonl or {STREAM_FILE})"
+    if held and not (overwrite or resume):
+        return (f"--out {out} already holds a run ({held[0]}): give another folder, --resume to go on with it, or "
                 "--overwrite to replace it")
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -386,7 +433,34 @@ def out_problem(out: Path, overwrite: bool, resume: bool = False) -> str | None:
     return None
 
 
+STOP_SIGNALS = ("SIGTERM", "SIGHUP")  # stop the run as Ctrl-C does (Slurm, `timeout`, a dropped SSH session)
+
+
+@contextmanager
+def _signals_stop_the_run() -> Iterator[None]:
+    """While the block runs (main thread only), :data:`STOP_SIGNALS` raise :class:`.runner.Stop`: the run
+    stops as on Ctrl-C (the child's group stopped, every finished row written), and says which signal."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise Stop(signal.Signals(signum).name)
+
+    previous = {name: signal.signal(getattr(signal, name), stop) for name in STOP_SIGNALS if hasattr(signal, name)}
+    try:
+        yield
+    finally:
+        for name, handler in previous.items():
+            signal.signal(getattr(signal, name), handler)
+
+
 def main(argv: list[str] | None = None) -> int:
+    with _signals_stop_the_run():
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     ap = build_parser()
     a = ap.parse_args(argv)
     entry_file = PROJECT_ROOT / ENTRIES[a.path][0]
@@ -414,9 +488,11 @@ def main(argv: list[str] | None = None) -> int:
     except (EvalError, LocalServerError) as e:
         print(f"spectrum-rft eval: {e}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:  # before the rollouts started, or a second Ctrl-C while writing the results
-        print(f"spectrum-rft eval: interrupted (results, if any, under {out})", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # before the rollouts started, or a second Ctrl-C while writing the results
+        sig = getattr(e, "signal", None)
+        print(f"spectrum-rft eval: {f'stopped by {sig}' if sig else 'interrupted'} (finished rows, if any, are "
+              f"under {out}; the same command with --resume goes on)", file=sys.stderr)
+        return 128 + int(getattr(signal.Signals, sig)) if sig else 130
     return report(summary, as_json=a.json)
 
 

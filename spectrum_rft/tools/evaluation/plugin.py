@@ -1,49 +1,101 @@
 """The pytest plugin of the evaluation child (``-p spectrum_rft.tools.evaluation.plugin``): marks where each
-model's item starts (for the parent's progress bar) and streams every scored row to a file as it is
-scored (so a stopped run keeps its finished rows). Imported by pytest in the child only."""
+model's item starts (for the parent's progress bar), appends every scored row to the run's row stream as it
+is scored (so no death of either process loses a finished row), and ends the child with its parent.
+Imported by pytest in the child only; what it does is set by the parent through the child's environment
+(:func:`spectrum_rft.tools.evaluation.runner.child_env`), read once in :func:`pytest_configure`."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import threading
+import time
 from typing import Any
 
 ITEM_MARK = "@@spectrum-eval item"
-# The child streams every row its entry has scored to this file (JSON lines), as the row is scored.
-STREAM_ENV = "SPECTRUM_EVAL_STREAM"
-STREAM_FILE = "scored-rows.jsonl"  # in the run's temp folder
+# The parent's settings for the child (names of environment variables the parent sets on the child alone):
+STREAM_ENV = "SPECTRUM_EVAL_STREAM"  # the file every scored row is appended to, as it is scored
+MODELS_ENV = "SPECTRUM_EVAL_MODELS"  # JSON list: the model label of each item, in run order
+PARENT_ENV = "SPECTRUM_EVAL_PARENT"  # the parent's pid: the child ends its process group when it is gone
+STREAM_FILE = "rows.partial.jsonl"  # in --out: {"model": label, "row": EvaluationRow JSON} per line
+PARENT_POLL_S = 0.25
+
+
+class _Items:
+    """Which item (model) is running: pytest runs them one after another, in the parent's order."""
+
+    def __init__(self, labels: list[str]) -> None:
+        self.labels, self.index = labels, -1
+
+    def started(self) -> None:
+        self.index += 1
+
+    @property
+    def label(self) -> str:
+        return self.labels[min(max(self.index, 0), len(self.labels) - 1)] if self.labels else f"item {self.index}"
+
+
+_ITEMS = _Items([])  # replaced in pytest_configure (the child's own, one per process)
 
 
 def pytest_runtest_logstart(nodeid: str, location: Any) -> None:
-    """pytest hook, active only in the child (``-p spectrum_rft.tools.evaluation.plugin``): marks where each model's item
-    starts, so the parent's progress bar knows which model is running."""
+    """pytest hook: marks where each model's item starts, so the parent's progress bar knows which model is
+    running, and counts the items, so each streamed row names its model."""
+    _ITEMS.started()
     stream = sys.__stderr__
     if stream is not None:
         stream.write(f"\n{ITEM_MARK} {nodeid}\n")
         stream.flush()
 
 
-def pytest_configure(config: Any) -> None:
-    """pytest hook, active only in the child (``-p spectrum_rft.tools.evaluation.plugin``) and only when ``$SPECTRUM_EVAL_STREAM``
-    names a file: every row scored by the entries' one scoring function (``spectrum_rft.rollouts.row_result.
-    evaluate_row``, which both entries call on each finished rollout) is also appended to that file, as
-    it is scored.
+def _end_with_parent(parent: int) -> None:
+    """Poll the parent; once it is gone (``kill -9``, an OOM kill), end this child's whole process group
+    (the child and the MCP server it started): nothing outlives the command."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os.killpg(os.getpgrp(), signal.SIGKILL)
 
-    Why: eval-protocol persists rows under ``--ep-output-dir`` only when the whole item (one model, every
-    row) has finished (``handle_persist_flow`` from the item's postprocess), and its row logger sees a
-    scored row only at the end of the run too; a run stopped by ``--timeout``, Ctrl-C or a watchdog would
-    lose every row already finished. This runs before collection, so the entries import the wrapped
-    function; nothing of eval-protocol is touched, and the row is the one eval-protocol then persists."""
+    threading.Thread(target=watch, name="spectrum-eval-parent", daemon=True).start()
+
+
+def _append(path: str, line: str) -> None:
+    """One line, on disk before the call returns (flushed and fsynced: it survives a machine reboot)."""
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(line + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def pytest_configure(config: Any) -> None:
+    """pytest hook, active only in the child: the parent's settings (:data:`MODELS_ENV`, :data:`PARENT_ENV`,
+    :data:`STREAM_ENV`). With a stream, every row scored by the entries' one scoring function
+    (``spectrum_rft.rollouts.row_result.evaluate_row``, which both entries call on each finished rollout) is
+    appended to it as ``{"model": label, "row": ...}`` as it is scored.
+
+    Why: eval-protocol persists rows only when a whole item (one model, every row) has finished, and its row
+    logger sees a scored row only at the end of the run too; a run stopped by ``--timeout``, a signal or a
+    watchdog, or killed outright, would lose every row already finished. This runs before collection, so the
+    entries import the wrapped function; nothing of eval-protocol is touched."""
+    global _ITEMS
+    try:
+        labels = json.loads(os.environ.get(MODELS_ENV) or "[]")
+    except ValueError:
+        labels = []
+    _ITEMS = _Items([str(x) for x in labels] if isinstance(labels, list) else [])
+    parent = os.environ.get(PARENT_ENV, "")
+    if parent.isdigit():
+        _end_with_parent(int(parent))
     path = os.environ.get(STREAM_ENV)
     if not path:
         return
     import functools  # noqa: PLC0415
 
-    from spectrum_rft.rollouts import row_result as spectrum_eval_result  # noqa: PLC0415
+    from spectrum_rft.rollouts import row_result  # noqa: PLC0415
 
-    inner = spectrum_eval_result.evaluate_row
+    inner = row_result.evaluate_row
     if getattr(inner, "spectrum_streamed", False):
         return
     lock = threading.Lock()
@@ -52,12 +104,13 @@ def pytest_configure(config: Any) -> None:
     def evaluate_row(row: Any, *args: Any, **kwargs: Any) -> Any:
         out = inner(row, *args, **kwargs)
         try:
-            line = json.dumps(out.model_dump(exclude_none=True, mode="json"), separators=(",", ":"))
-            with lock, open(path, "a", encoding="utf-8") as f:
-                f.write(line + "\n")
-        except Exception as e:  # noqa: BLE001  (never fail a row over the side copy)
+            line = json.dumps({"model": _ITEMS.label, "row": out.model_dump(exclude_none=True, mode="json")},
+                              separators=(",", ":"))
+            with lock:
+                _append(path, line)
+        except Exception as e:  # noqa: BLE001  (never fail a row over the stream)
             sys.__stderr__.write(f"spectrum-eval: could not stream a scored row: {e!r}\n")
         return out
 
     evaluate_row.spectrum_streamed = True  # type: ignore[attr-defined]
-    spectrum_eval_result.evaluate_row = evaluate_row
+    row_result.evaluate_row = evaluate_row

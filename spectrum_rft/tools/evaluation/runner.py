@@ -1,5 +1,6 @@
 """The models through one evaluation entry: one pytest child process (its environment, its command line,
-its process group), a progress bar fed from the child's output, watchdogs, and the rows it scored."""
+its process group), a progress bar fed from the child's output, watchdogs, and the rows it scored (read from
+the run's row stream, which the child appends to as it scores: :mod:`.plugin`)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ import codecs
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from contextlib import contextmanager
@@ -20,9 +21,9 @@ from typing import Any, Callable, Iterator, Sequence
 
 from spectrum_rft.common.processes import stop_process_group
 from spectrum_rft.tools.entries import ENTRIES, PROJECT_ROOT
-from spectrum_rft.tools.evaluation.plugin import ITEM_MARK, STREAM_ENV, STREAM_FILE
+from spectrum_rft.tools.evaluation.plugin import ITEM_MARK, MODELS_ENV, PARENT_ENV, STREAM_ENV
 from spectrum_rft.tools.evaluation.progress import Progress
-from spectrum_rft.tools.evaluation.rows import assign_rows, collect_rows
+from spectrum_rft.tools.evaluation.rows import first_of_each, load_streamed_rows
 from spectrum_rft.tools.evaluation.specs import POLICY_PREFIX, ModelSpec
 
 OFFLINE_ENV = {"EP_NO_UPLOAD": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "EP_DISABLE_AUTO_BROWSER": "1"}
@@ -47,13 +48,17 @@ class EvalError(RuntimeError):
     """The child exited by itself without one scored row (the message carries the tail of its output)."""
 
 
+WORK_DIR = ".eval-work"  # in --out: the child's output folder and temp folder, removed when the child is done
+
+
 def child_env(specs: Sequence[ModelSpec], *, keep_ep_logs: bool = False, tmpdir: Path | None = None,
               stream: Path | None = None) -> dict[str, str]:
     """The child's environment: offline defaults, no Fireworks tracing when every model is offline, and
     a dummy OpenAI key for an OpenAI-compatible endpoint (litellm insists on one). ``tmpdir``: the
     child's own temp folder (``TMPDIR``): whatever it and its MCP server leave there (the server's
-    ``spectrum_server_<pid>_<port>.log`` when the child is stopped) goes with the run's temp folder.
-    ``stream``: where the child appends each scored row (:func:`.plugin.pytest_configure`)."""
+    ``spectrum_server_<pid>_<port>.log`` when the child is stopped) goes with the run's work folder.
+    ``stream``: where the child appends each scored row (:func:`.plugin.pytest_configure`), labelled with
+    the spec's label. The child also gets this process's pid, and ends itself when this process is gone."""
     env = dict(os.environ)
     for k, v in OFFLINE_ENV.items():
         env.setdefault(k, v)
@@ -72,6 +77,8 @@ def child_env(specs: Sequence[ModelSpec], *, keep_ep_logs: bool = False, tmpdir:
         env[STREAM_ENV] = str(stream)
     else:
         env.pop(STREAM_ENV, None)
+    env[MODELS_ENV] = json.dumps([s.label for s in specs])
+    env[PARENT_ENV] = str(os.getpid())
     return env
 
 
@@ -136,10 +143,20 @@ def _ask_watchdogs(watchdogs: Sequence[Watchdog]) -> str | None:
     return None
 
 
+class Stop(KeyboardInterrupt):
+    """A signal that stops the run as Ctrl-C does (``SIGTERM``, ``SIGHUP``): the rows are kept, the run says
+    which signal it was (:attr:`signal`, e.g. ``"SIGTERM"``)."""
+
+    def __init__(self, signal_name: str) -> None:
+        super().__init__(signal_name)
+        self.signal = signal_name
+
+
 def _wait_child(proc: subprocess.Popen, timeout: float | None,
                 watchdogs: Sequence[Watchdog]) -> tuple[str | None, str | None]:
     """Wait for the child; poll the watchdogs about every :data:`WATCHDOG_POLL_S` seconds. Returns
-    (stopped, message): (None, None) when the child exited by itself."""
+    (stopped, message): (None, None) when the child exited by itself; ("interrupted", None) on Ctrl-C,
+    ("interrupted", "SIGTERM") on a :class:`Stop`."""
     deadline = None if timeout is None else time.monotonic() + timeout
     try:
         while True:
@@ -154,6 +171,8 @@ def _wait_child(proc: subprocess.Popen, timeout: float | None,
             msg = _ask_watchdogs(watchdogs)
             if msg:
                 return "aborted", msg
+    except Stop as e:
+        return "interrupted", e.signal
     except KeyboardInterrupt:
         return "interrupted", None
 
@@ -181,30 +200,34 @@ class ProgressFollower:
 
 
 def run_models(path: str, specs: Sequence[ModelSpec], dataset: Path, rows: int, *, concurrency: int,
-               log_path: Path, timeout: float | None = None, keep_ep_logs: bool = False,
+               log_path: Path, stream: Path, timeout: float | None = None, keep_ep_logs: bool = False,
                progress: Progress | None = None, watchdogs: Sequence[Watchdog] = ()) -> ModelsRun:
     """Run every model through the evaluation entry of ``path`` in one pytest child; return each model's
-    scored rows (EvaluationRow JSON) in dataset order. A model with no rows maps to ``[]``.
+    rows (EvaluationRow JSON) that this child scored, in dataset order. A model with no rows maps to ``[]``.
 
-    The child is stopped (its whole process group) when ``timeout`` seconds have passed, on Ctrl-C, or
-    when one of ``watchdogs`` (polled about every 0.5 s while the child runs) returns a message; the rows
-    finished by then are kept (``ModelsRun.stopped`` says why). Raises :class:`EvalError` when the child
-    exited by itself without a single scored row."""
+    ``stream``: the run's row stream (in ``--out``), which the child appends every scored row to as it is
+    scored; rows already there (a killed run's) are not this child's and are not returned. The child's own
+    work (eval-protocol's output folder, ``TMPDIR``) is in :data:`WORK_DIR` beside the stream, removed when
+    the child is done. The child is stopped (its whole process group) when ``timeout`` seconds have passed,
+    on Ctrl-C or a :class:`Stop` signal, or when one of ``watchdogs`` (polled about every 0.5 s while the
+    child runs) returns a message; the rows finished by then are kept (``ModelsRun.stopped`` says why).
+    Raises :class:`EvalError` when the child exited by itself without a single scored row."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="spectrum-eval-", ignore_cleanup_errors=True) as tmp:
-        out_dir = Path(tmp)
-        child_tmp = out_dir / "tmp"
-        child_tmp.mkdir()
-        stream = out_dir / STREAM_FILE
-        cmd = entry_command(path, specs, dataset, rows, out_dir, concurrency)
+    work = stream.parent / WORK_DIR
+    shutil.rmtree(work, ignore_errors=True)  # a killed run's leftovers
+    child_tmp = work / "tmp"
+    child_tmp.mkdir(parents=True)
+    offset = stream.stat().st_size if stream.exists() else 0
+    cmd = entry_command(path, specs, dataset, rows, work, concurrency)
+    chunks: list[str] = []
+    try:
         # Its own session: the child and whatever it starts (the MCP server) form one process group,
         # which is stopped as a whole if anything is left (timeout, Ctrl-C, a child killed mid-run).
         proc = subprocess.Popen(cmd, cwd=PROJECT_ROOT, env=child_env(specs, keep_ep_logs=keep_ep_logs, tmpdir=child_tmp,
                                                              stream=stream),
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
-        chunks: list[str] = []
 
         def pump() -> None:
             assert proc.stdout is not None
@@ -216,11 +239,11 @@ def run_models(path: str, specs: Sequence[ModelSpec], dataset: Path, rows: int, 
                 if progress is None:
                     continue
                 try:  # the progress bar must never stop this thread: it also drains the child's pipe
-                    item, rows = follow.feed(text)
+                    item, done = follow.feed(text)
                     if item is not None:
                         progress.model(min(item, len(specs) - 1), specs[min(item, len(specs) - 1)].label)
-                    if rows is not None and follow.item >= 0:
-                        progress.rows_done(*rows)
+                    if done is not None and follow.item >= 0:
+                        progress.rows_done(*done)
                 except Exception:  # noqa: BLE001  (a display glitch, never a lost log or a hung child)
                     continue
 
@@ -234,12 +257,13 @@ def run_models(path: str, specs: Sequence[ModelSpec], dataset: Path, rows: int, 
                 stop_process_group(proc)
                 reader.join(timeout=5)
                 log_path.write_text(without_local_ui_links("".join(chunks)))
-        result = collect_rows(out_dir, stream)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    by_model = first_of_each([s.label for s in specs], load_streamed_rows(stream, offset))
     output = "".join(chunks)
-    if not result and stopped is None:
+    if not any(by_model.values()) and stopped is None:
         raise EvalError(f"the {path} entry produced no scored rows (pytest exit {proc.returncode}; see {log_path}):"
                         f"\n{_tail(output)}")
-    by_model = assign_rows(result, specs)
     order: dict[Any, int] = {}
     for line in dataset.read_text().splitlines():
         if line.strip():
