@@ -15,6 +15,8 @@ A *responder* is ``responder(request_json) -> (status, body, delay)``:
   ``None`` (the connection is closed without any response: a connection error);
 * ``delay``: seconds to wait before answering (longer than the client's timeout = a timeout). A waiting
   request is released when the server stops, so a hang of minutes costs nothing after the test.
+* a :class:`Trickle` body: the headers at once, then the body a byte at a time, ``every`` seconds apart (a
+  reply that keeps a per-read timeout happy and never ends in time).
 
 Helpers build the usual bodies (:func:`chat_response`, :func:`tool_call`) and a responder that plays a
 scripted baseline policy (:func:`policy_responder`). ``python tests/loopback_llm.py --port 0 --policy
@@ -69,6 +71,13 @@ def chat_response(content: str | None = "", tool_calls: list[dict] | None = None
     return {"id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion", "created": int(time.time()),
             "model": model, "choices": choices,
             "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}
+
+
+class Trickle:
+    """A body sent a byte at a time, ``every`` seconds apart (headers first, with the full length)."""
+
+    def __init__(self, body: dict, every: float = 0.5) -> None:
+        self.data, self.every = json.dumps(body).encode(), every
 
 
 def ok(body: dict, delay: float = 0.0) -> Reply:
@@ -233,6 +242,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, body)
 
     def _send(self, status: int, body: Any) -> None:
+        if isinstance(body, Trickle):
+            self._trickle(status, body)
+            return
         data = body if isinstance(body, bytes) else (body.encode() if isinstance(body, str) else
                                                      json.dumps(body).encode())
         try:
@@ -243,6 +255,24 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
         except OSError:  # the client gave up (timeout) and closed the socket
             self.close_connection = True
+
+
+    def _trickle(self, status: int, body: Trickle) -> None:
+        stopping = self.server.owner._stopping
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body.data)))
+            self.end_headers()
+            self.wfile.flush()
+            for i in range(len(body.data)):
+                self.wfile.write(body.data[i:i + 1])
+                self.wfile.flush()
+                if stopping.wait(body.every):
+                    break
+        except OSError:  # the client gave up and closed the socket
+            pass
+        self.close_connection = True
 
 
 class _Server(ThreadingHTTPServer):

@@ -229,6 +229,33 @@ def test_a_server_answering_500_to_everything(offline_env, tmp_path, capsys):
     assert "openai/x: " in cap.out.split("faults (")[1]  # the fault summary under the table
 
 
+@pytest.mark.parametrize("path", ["turn", "mcp"])
+def test_a_reply_that_trickles_meets_the_whole_reply_deadline(offline_env, tmp_path, path):
+    """The first reply trickles a byte every 0.4 s (headers at once: a per-read timeout never trips, the whole
+    body would take minutes); ``--param timeout=3`` is a deadline for the whole reply: that try ends as a
+    timeout (counted ``llm_timeout``), the retry gets the policy's report and the row finishes and scores."""
+    first = threading.Event()
+    play = policy_responder("accumulate")
+
+    def model(request):
+        if not first.is_set():
+            first.set()
+            return 200, Trickle(chat_response("", []), every=0.4), 0.0
+        return play(request)
+
+    server = LoopbackLLM(model).start()
+    out = tmp_path / "out"
+    try:
+        rc = se.main(["--path", path, "--model", "openai/x", "--api-base", server.base_url, "--param", "timeout=3",
+                      "--rows", "1", "--timeout", "120", "--out", str(out), "--no-progress"])
+    finally:
+        server.stop()
+    m = _summary(out)["models"]["openai/x"]
+    assert rc == 0 and _summary(out)["stopped"] is None, m
+    assert m["faults"].get("llm_timeout") == 1 and m["rows_errored"] == 0
+    assert _rows(out)[0]["evaluation_result"]["score"] > 0.3
+
+
 def test_a_closed_port(offline_env, tmp_path, capsys):
     port = _closed_port()
     rc = se.main(["--model", "openai/x", "--api-base", f"http://127.0.0.1:{port}/v1", "--rows", "1",

@@ -69,7 +69,7 @@ from eval_protocol.pytest.types import RolloutProcessorConfig
 from spectrum_rft.rollouts.driver import drive
 from spectrum_rft.rollouts.episode import Episode, InProcessEpisode
 from spectrum_rft.rollouts.model_calls import (CallStats, ModelCaller, RolloutConfigError, endpoint_of,
-                                               model_failure, model_failure_message)
+                                               model_failure, model_failure_message, reply_deadline)
 from spectrum_rft.rollouts.scripted import SCRIPTED_MODEL_PREFIX, is_scripted_model, row_metadata  # noqa: F401
 from spectrum_rft.task.window import is_scan_message
 
@@ -224,7 +224,7 @@ class SpectrumRolloutProcessor(RolloutProcessor):
             model = ModelCaller(functools.partial(self._request, params), tries=int(self._setting(config, "llm_tries")),
                                 backoff_base=self._setting(config, "backoff_base"),
                                 backoff_max=self._setting(config, "backoff_max"),
-                                overflow=(litellm.ContextWindowExceededError,))
+                                overflow=(litellm.ContextWindowExceededError,), deadline=reply_deadline(params))
             await drive(ep, opening, transcript, model, stats, on_scan=on_scan,
                         icl_token_budget=self._setting(config, "icl_token_budget"))
             row.rollout_status = Status.rollout_finished()

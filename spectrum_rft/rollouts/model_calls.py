@@ -114,6 +114,15 @@ def model_failure_message(failure: dict, endpoint: str) -> str:
             f"last error: {failure['detail']}")
 
 
+def reply_deadline(params: dict) -> float | None:
+    """The whole-reply deadline of a request with these litellm params: its ``timeout`` when that is a
+    number of seconds (what a user means by ``--param timeout=5``), else None."""
+    t = params.get("timeout")
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < float("inf"):
+        return None
+    return float(t)
+
+
 def bad_arguments(tool_calls: list[dict]) -> bool:
     """Whether some tool call carries arguments that are not JSON at all."""
     return any(is_unparseable(tc["function"]["arguments"]) for tc in tool_calls)
@@ -153,14 +162,21 @@ class ModelCaller:
             ``[0, min(backoff_max, backoff_base * 2**(i-1))]`` (full jitter).
         overflow: exception types that say the transcript no longer fits the model's context (litellm's
             ``ContextWindowExceededError``): not retried, recorded as ``llm_context_window``.
+        deadline: seconds for one whole reply, from the request to its last byte (None: no deadline). An HTTP
+            client's timeout bounds each read, so a reply that trickles a byte a second never trips it; this
+            one ends the try, which then counts as a timeout (``llm_timeout``) like a silent hang.
     """
 
     def __init__(self, request: Callable[[list[dict], list[dict]], Awaitable[Any]], *, tries: int = 4,
-                 backoff_base: float = 1.0, backoff_max: float = 16.0, overflow: tuple[type, ...] = ()):
+                 backoff_base: float = 1.0, backoff_max: float = 16.0, overflow: tuple[type, ...] = (),
+                 deadline: float | None = None):
         if tries < 1:
             raise ValueError("tries must be >= 1")
+        if deadline is not None and not (deadline > 0 and deadline < float("inf")):
+            raise ValueError(f"deadline must be a finite number of seconds > 0, got {deadline!r}")
         self.request, self.tries, self.backoff_base, self.backoff_max = request, tries, backoff_base, backoff_max
         self.overflow = overflow
+        self.deadline = deadline
 
     async def __call__(self, messages: list[dict], tools: list[dict], ep: Any, stats: CallStats) -> Reply | None:
         """One model call with bounded retries; None when every try failed. ``ep`` gets the fault of each
@@ -171,7 +187,7 @@ class ModelCaller:
                 await asyncio.sleep(backoff_delay(attempt, base, cap))
             stats.llm_requests += 1
             try:
-                resp = await self.request(messages, tools)
+                resp = await self._within_deadline(self.request(messages, tools))
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001  (classified below; never kills the rollout)
@@ -206,6 +222,14 @@ class ModelCaller:
             return reply
         ep.record_fault("llm_gave_up")
         return None
+
+    async def _within_deadline(self, request: Awaitable[Any]) -> Any:
+        if self.deadline is None:
+            return await request
+        try:
+            return await asyncio.wait_for(request, self.deadline)
+        except TimeoutError as e:
+            raise TimeoutError(f"no whole reply within {self.deadline:g} s (the request's deadline)") from e
 
     @staticmethod
     def _parse(resp: Any, stats: CallStats) -> Reply | None:
