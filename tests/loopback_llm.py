@@ -224,6 +224,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         owner: LoopbackLLM = self.server.owner
         owner._note(request)
+        owner.authorizations.add(self.headers.get("Authorization") or "")
+        owner.headers_seen.add(self.headers.get("X-Api-Token") or "")
         try:
             status, body, delay = owner.responder(request)
         except Exception as e:  # a broken test responder must not look like a healthy server
@@ -295,6 +297,8 @@ class LoopbackLLM:
         self.record = record
         self.requests: list[dict] = []
         self.errors: list[BaseException] = []  # exceptions raised by the responder (answered with a 500)
+        self.authorizations: set[str] = set()  # the Authorization headers the requests carried
+        self.headers_seen: set[str] = set()  # their X-Api-Token headers (a credential sent as a header)
         self.count = 0
         self._lock = threading.Lock()
         self._httpd: _Server | None = None

@@ -256,6 +256,38 @@ def test_a_reply_that_trickles_meets_the_whole_reply_deadline(offline_env, tmp_p
     assert _rows(out)[0]["evaluation_result"]["score"] > 0.3
 
 
+@pytest.mark.parametrize("path", ["turn", "mcp"])
+def test_a_key_given_as_a_param_reaches_the_model_and_no_file(offline_env, tmp_path, monkeypatch, path):
+    """``--param api_key=...`` (and a credential header): the model server gets the key on every request, and
+    not one file the run writes holds it: rows, summary, pytest.log (test ids), the plot, and eval-protocol's
+    own row log (``--ep-logs``: ~/.eval_protocol/logs.db)."""
+    key, header = "sk-spectrum-test-6f1d0c2a9b8e7d", "tok-spectrum-test-51e4aa"
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    server = LoopbackLLM(policy_responder("accumulate")).start()
+    out = tmp_path / "out"
+    try:
+        rc = se.main(["--path", path, "--model", "openai/x", "--api-base", server.base_url, "--param", f"api_key={key}",
+                      "--param", "extra_headers=" + json.dumps({"X-Api-Token": header}),
+                      "--rows", "1", "--ep-logs", "--out", str(out), "--no-progress"])
+    finally:
+        server.stop()
+    assert rc == 0, _summary(out)
+    assert server.authorizations == {f"Bearer {key}"} and server.headers_seen == {header}
+    assert _rows(out)[0]["evaluation_result"]["score"] > 0.3
+    written = [f for f in [*out.rglob("*"), *home.rglob("*")] if f.is_file()]
+    assert any(f.name == "logs.db" for f in written) and any(f.name == "pytest.log" for f in written)
+    for f in written:
+        data = f.read_bytes()
+        assert key.encode() not in data and header.encode() not in data, f"a key written to {f}"
+    # the summary names where the key came from (a variable of the child's environment), the row says it was there
+    cp = _summary(out)["models"]["openai/x"]["completion_params"]
+    assert cp["api_key"] == {"$env": "SPECTRUM_EVAL_SECRET_API_KEY"}
+    row_cp = _rows(out)[0]["input_metadata"]["completion_params"]
+    assert row_cp["api_key"] == "<redacted>" and row_cp["extra_headers"] == {"X-Api-Token": "<redacted>"}
+
+
 def test_a_closed_port(offline_env, tmp_path, capsys):
     port = _closed_port()
     rc = se.main(["--model", "openai/x", "--api-base", f"http://127.0.0.1:{port}/v1", "--rows", "1",

@@ -68,6 +68,7 @@ from eval_protocol.pytest.types import RolloutProcessorConfig
 
 from spectrum_rft.rollouts.driver import drive
 from spectrum_rft.rollouts.episode import Episode, InProcessEpisode
+from spectrum_rft.common.redaction import redact_params, resolve_env_refs
 from spectrum_rft.rollouts.model_calls import (CallStats, ModelCaller, RolloutConfigError, endpoint_of,
                                                model_failure, model_failure_message, reply_deadline)
 from spectrum_rft.rollouts.scripted import SCRIPTED_MODEL_PREFIX, is_scripted_model, row_metadata  # noqa: F401
@@ -160,7 +161,7 @@ class SpectrumRolloutProcessor(RolloutProcessor):
 
     def request_params(self, completion_params: dict | None, kwargs: dict | None = None) -> dict:
         """litellm keyword arguments from the processor config's completion params (never the row's)."""
-        params = dict(normalize_fireworks_model_for_litellm(dict(completion_params or {})) or {})
+        params = dict(normalize_fireworks_model_for_litellm(resolve_env_refs(dict(completion_params or {}))) or {})
         if not params.get("model"):
             raise ValueError("completion_params must name a model")
         for k in _NOT_FOR_LITELLM:
@@ -177,7 +178,7 @@ class SpectrumRolloutProcessor(RolloutProcessor):
 
     async def rollout(self, row: EvaluationRow, params: dict, config: RolloutProcessorConfig) -> EvaluationRow:
         t0 = time.perf_counter()
-        row.input_metadata.completion_params = {k: v for k, v in params.items() if k not in ("cache", "api_key")}
+        row.input_metadata.completion_params = redact_params({k: v for k, v in params.items() if k != "cache"})
         stats = CallStats()
         transcript: list[dict] = []
         try:

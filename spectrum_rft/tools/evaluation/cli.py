@@ -16,6 +16,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from spectrum_rft.common.redaction import redact_params
 from spectrum_rft.tools.entries import ENTRIES, PROJECT_ROOT
 from spectrum_rft.tools.evaluation.progress import Progress
 from spectrum_rft.tools.evaluation.render import format_fault_summary, format_table, plot_per_scan, skip_warnings
@@ -213,7 +214,7 @@ def write_model_rows(specs: list[ModelSpec], run: Any, ids: list[str], rows: int
                 f.write(json.dumps(r, separators=(",", ":")) + "\n")
             s = summarize(mine)
             s["privileged"] = spec.privileged
-            s["completion_params"] = spec.params
+            s["completion_params"] = redact_params(spec.params)
             done = {(r.get("input_metadata") or {}).get("row_id") for r in mine}
             s["rows_unfinished"] = max(0, rows - len(mine))
             s["unfinished_row_ids"] = [i for i in ids if i not in done] if s["rows_unfinished"] else []

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from spectrum_rft.common.processes import stop_process_group
+from spectrum_rft.common.redaction import REDACTED
 from spectrum_rft.tools.entries import ENTRIES, PROJECT_ROOT
 from spectrum_rft.tools.evaluation.plugin import ITEM_MARK, MODELS_ENV, PARENT_ENV, STREAM_ENV
 from spectrum_rft.tools.evaluation.progress import Progress
@@ -38,6 +39,16 @@ LOCAL_UI_NOTE = ("(eval-protocol's links to its local UI were left out: spectrum
 def without_local_ui_links(log: str) -> str:
     """The child's output with eval-protocol's local-UI link block replaced by :data:`LOCAL_UI_NOTE`."""
     return _LOCAL_UI_BLOCK.sub(lambda _: LOCAL_UI_NOTE, log)
+
+
+def without_secrets(text: str, specs: Sequence[ModelSpec]) -> str:
+    """``text`` with every key the specs hold replaced by :data:`~spectrum_rft.common.redaction.REDACTED` (the
+    child never had one on its command line; this covers whatever a library might print)."""
+    for spec in specs:
+        for value in spec.secrets.values():
+            if value:
+                text = text.replace(value, REDACTED)
+    return text
 
 
 # eval-protocol's rollout bar: "  Run 1:  50%|█████     | 8/16 [00:01<00:01, 7.9rollout/s]"
@@ -77,6 +88,8 @@ def child_env(specs: Sequence[ModelSpec], *, keep_ep_logs: bool = False, tmpdir:
         env[STREAM_ENV] = str(stream)
     else:
         env.pop(STREAM_ENV, None)
+    for spec in specs:  # keys given as params: by reference in the command line, by value here only
+        env.update(spec.secrets)
     env[MODELS_ENV] = json.dumps([s.label for s in specs])
     env[PARENT_ENV] = str(os.getpid())
     return env
@@ -256,7 +269,7 @@ def run_models(path: str, specs: Sequence[ModelSpec], dataset: Path, rows: int, 
             with _sigint_ignored():  # a second Ctrl-C must not leave the group running
                 stop_process_group(proc)
                 reader.join(timeout=5)
-                log_path.write_text(without_local_ui_links("".join(chunks)))
+                log_path.write_text(without_secrets(without_local_ui_links("".join(chunks)), specs))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     by_model = first_of_each([s.label for s in specs], load_streamed_rows(stream, offset))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from spectrum_rft.common.redaction import secrets_by_reference
 from spectrum_rft.rollouts.scripted import SCRIPTED_MODEL_PREFIX
 
 DEFAULT_LADDER = ("memoryless", "accumulate", "oracle")
@@ -18,11 +19,14 @@ PATH_PARAM_DEFAULTS: dict[str, dict[str, Any]] = {"mcp": {"use_caching": False}}
 
 @dataclass
 class ModelSpec:
-    """One model of a run: its label in tables and the litellm completion params the entry receives."""
+    """One model of a run: its label in tables and the litellm completion params the entry receives. A key
+    given as a param (``--param api_key=...``) is not among them: ``params`` holds ``{"$env": NAME}`` in its
+    place and ``secrets`` the value, which reaches the child's environment only (never a file or a log)."""
 
     label: str
     params: dict[str, Any] = field(default_factory=dict)
     local: bool = False  # started by this run (spectrum_rft.tools.local_llm.local_server)
+    secrets: dict[str, str] = field(default_factory=dict, repr=False)  # environment variable -> value
 
     @property
     def privileged(self) -> bool:
@@ -67,9 +71,10 @@ def model_specs(names: Sequence[str], *, api_base: str | None = None, tool_choic
     ``local`` is the SmolLM2 server this run starts; anything else is a litellm model name, given
     ``--api-base`` / ``--tool-choice`` / ``--param`` when set."""
     specs: list[ModelSpec] = []
+    extra, secrets = secrets_by_reference(dict(extra or {}), "SPECTRUM_EVAL_SECRET")
     for name in names:
         if name == "local":
-            specs.append(ModelSpec("local", {**(extra or {})}, local=True))
+            specs.append(ModelSpec("local", {**extra}, local=True, secrets=secrets))
             continue
         model = name
         if not name.startswith(POLICY_PREFIX) and "/" not in name and _is_policy_name(name):
@@ -81,12 +86,12 @@ def model_specs(names: Sequence[str], *, api_base: str | None = None, tool_choic
             continue
         if "/" not in model:
             _check_bare_name(model)
-        params: dict[str, Any] = {"model": model, **(extra or {})}
+        params: dict[str, Any] = {"model": model, **extra}
         if api_base:
             params["api_base"] = api_base
         if tool_choice:
             params["tool_choice"] = tool_choice
-        specs.append(ModelSpec(model, params))
+        specs.append(ModelSpec(model, params, secrets=secrets))
     labels = [s.label for s in specs]
     if len(set(labels)) != len(labels):
         raise ValueError(f"a model is listed twice: {labels}")
