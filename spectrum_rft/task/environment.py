@@ -67,6 +67,13 @@ EXTRA_SUBMIT = ("Error: this scan was already reported by an earlier submit_repo
 AFTER_END = "Error: all scans are recorded; this call was ignored."
 STILL_OPEN = " The scan is still open; call submit_report again."
 NUDGE = "No tool call received. Call submit_report with the centre frequencies of all occupied regions."
+# Distinct fault names record_fault adds to an episode's record (the transports' own are ~10); a new name beyond
+# them is counted under OTHER_FAULT, so a client sending made-up names cannot grow the record. The env's own
+# names are always counted as themselves.
+MAX_FAULT_KINDS = 64
+OTHER_FAULT = "other"
+
+
 @dataclass(slots=True)
 class ToolResult:
     """What a tool call did. ``content`` is the text for the model; the rest is structured data."""
@@ -300,8 +307,10 @@ class SpectrumEnv:
         return False
 
     def record_fault(self, kind: str, n: int = 1) -> None:
-        """Count ``n`` transport-level faults (LLM error, malformed tool call, ...) for the metrics."""
-        self._fault(kind, n)
+        """Count ``n`` transport-level faults (LLM error, malformed tool call, ...) for the metrics (at most
+        :data:`MAX_FAULT_KINDS` distinct names; later new ones are counted as :data:`OTHER_FAULT`)."""
+        f = self._state().faults
+        self._fault(OTHER_FAULT if kind not in f and len(f) >= MAX_FAULT_KINDS else kind, n)
 
     # ---- views -----------------------------------------------------------------------------------
 

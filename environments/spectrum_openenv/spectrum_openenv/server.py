@@ -21,27 +21,77 @@
 * **Reward.** The env's score: each observation's ``reward`` is the part of the score its action settled, so a
   session's rewards add up to ``SpectrumEnv.metrics()["score"]``; per-scan rewards and the env's record travel
   as fields (``scan_reward``, ``result``, :class:`~spectrum_openenv.models.SpectrumState`).
+* **Refusals.** A request the server refuses (a bad ``reset``, a step before any reset, a closed session) raises
+  :class:`BadRequest`: one line, the same on both paths: an error message on the session's WebSocket (the
+  session goes on), HTTP 400 with that line as ``detail`` on ``/reset`` and ``/step`` (never a bare 500).
+* **Bounds** (:func:`make_app`, the CLI's flags). At most ``max_sessions`` sessions at once; a session with no
+  reset or step for ``session_idle_s`` seconds is ended (OpenEnv's reaper, which looks every
+  ``max(session_idle_s / 4, 5)`` s): its slot is free again and its next message is refused in one line. The
+  env counts at most ``MAX_FAULT_KINDS`` distinct fault names per episode (later new ones under ``other``).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any, Callable
 from uuid import uuid4
 
+from fastapi import FastAPI, Request
+from fastapi.exception_handlers import request_validation_exception_handler
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
 from fastmcp import FastMCP
 from fastmcp.tools import Tool, ToolResult
 from openenv.core.env_server.http_server import create_app
 from openenv.core.env_server.mcp_environment import MCPEnvironment
-from openenv.core.env_server.types import Action, EnvironmentMetadata
+from openenv.core.env_server.types import Action, ConcurrencyConfig, EnvironmentMetadata
 from pydantic import Field
 
 from spectrum_openenv.models import SpectrumAction, SpectrumObservation, SpectrumState
 from spectrum_rft.task.environment import SpectrumEnv, ToolResult as EnvToolResult, env_for_row
 
 ENV_NAME = "spectrum_openenv"
-MAX_CONCURRENT_ENVS = 64  # sessions one server holds at once (each a small SpectrumEnv)
-RESET_KEYS = ("row_id", "dataset_info", "episode_id")
+MAX_SESSIONS_DEFAULT = 64  # sessions one server holds at once (each a small SpectrumEnv)
+# A rollout's longest quiet gap is one model call with its retries (llm_tries x request_timeout + backoff:
+# 4 x 180 + 48 s by default), so 30 min never ends a working rollout (the MCP server's default too).
+SESSION_IDLE_S_DEFAULT = 1800.0
+MAX_ERROR_CHARS = 300  # a refusal is one line of at most this many characters
+EPISODE_ID_MAX_CHARS = 255  # OpenEnv's own limit on HTTP (ResetRequest.episode_id)
+CLOSED = ("this session is closed (the server ends a session with no reset or step for --session-idle-s "
+          "seconds): open a new session")
+
+
+def one_line(text: object) -> str:
+    """``text`` as one line of at most :data:`MAX_ERROR_CHARS` characters (never a traceback)."""
+    line = " ".join(str(text).split())
+    return line if len(line) <= MAX_ERROR_CHARS else line[:MAX_ERROR_CHARS - 3] + "..."
+
+
+class BadRequest(ValueError):
+    """A request the server refuses, in one line: the session's error message on the WebSocket (the session
+    goes on), HTTP 400 with the line as ``detail`` on ``/reset`` and ``/step``."""
+
+    def __init__(self, message: object):
+        super().__init__(one_line(message))
+
+
+def check_reset(seed: Any = None, episode_id: Any = None, row_id: Any = None, dataset_info: Any = None,
+                **kwargs: Any) -> None:
+    """Refuse a bad ``reset`` request (:class:`BadRequest`). One check for both paths: the env's ``reset``
+    runs it, and so does the HTTP handler of a body OpenEnv's own ``/reset`` model refused (``seed: -1``),
+    so both answer the same line."""
+    if kwargs:
+        raise BadRequest(f"reset takes row_id, dataset_info and episode_id; got {', '.join(sorted(kwargs))}")
+    if seed is not None:
+        raise BadRequest("reset(seed=...) is not used: the band seed comes from row_id (and the row's "
+                         "dataset_info), so every session of a row faces one band")
+    if not isinstance(row_id, str) or not row_id:
+        raise BadRequest("reset needs row_id (a dataset row's id, e.g. 'eval-r0000')")
+    if dataset_info is not None and not isinstance(dataset_info, dict):
+        raise BadRequest(f"dataset_info must be an object, got {type(dataset_info).__name__}")
+    if episode_id is not None and not (isinstance(episode_id, str) and len(episode_id) <= EPISODE_ID_MAX_CHARS):
+        raise BadRequest(f"episode_id must be a string of at most {EPISODE_ID_MAX_CHARS} characters")
 
 
 class EnvTool(Tool):
@@ -61,6 +111,7 @@ class SpectrumEnvironment(MCPEnvironment):
 
     def __init__(self) -> None:
         self._env: SpectrumEnv | None = None
+        self._closed = False
         self._state = SpectrumState()
         self._listed: list[str] = []
         super().__init__(FastMCP(ENV_NAME))
@@ -71,18 +122,18 @@ class SpectrumEnvironment(MCPEnvironment):
               dataset_info: dict | None = None, **kwargs: Any) -> SpectrumObservation:
         """Start the episode of one dataset row: ``row_id`` (required) and the row's ``dataset_info`` (its
         ``environment_context``: preset, memory mode, reward, salt, seed ...; None: the defaults). The band
-        seed is the row's (``env_for_row``), never a ``seed`` of the caller's."""
-        if kwargs:
-            raise ValueError(f"reset takes row_id, dataset_info and episode_id; got {', '.join(sorted(kwargs))}")
-        if seed is not None:
-            raise ValueError("reset(seed=...) is not used: the band seed comes from row_id (and the row's "
-                             "dataset_info), so every session of a row faces one band")
-        if not isinstance(row_id, str) or not row_id:
-            raise ValueError("reset needs row_id (a dataset row's id, e.g. 'eval-r0000')")
-        if dataset_info is not None and not isinstance(dataset_info, dict):
-            raise ValueError(f"dataset_info must be an object, got {type(dataset_info).__name__}")
-        env, band_seed = env_for_row(row_id, dataset_info)
-        env.reset(band_seed)
+        seed is the row's (``env_for_row``), never a ``seed`` of the caller's. A bad request: :class:`BadRequest`."""
+        if self._closed:
+            raise BadRequest(CLOSED)
+        check_reset(seed=seed, episode_id=episode_id, row_id=row_id, dataset_info=dataset_info, **kwargs)
+        assert isinstance(row_id, str)
+        try:  # the row's config is the caller's input: an unknown mode, preset, reward, a bad budget ...
+            env, band_seed = env_for_row(row_id, dataset_info)
+            env.reset(band_seed)
+        except ValueError as e:
+            raise BadRequest(e) from None
+        except (TypeError, KeyError) as e:  # a value of the wrong type where the config compares or looks up
+            raise BadRequest(f"bad environment_context: {type(e).__name__}: {e}") from None
         self._env = env
         self._state = SpectrumState(episode_id=episode_id or str(uuid4()), row_id=row_id, seed=band_seed,
                                     memory_mode=env.config.memory_mode, n_scans=env.n_scans)
@@ -94,11 +145,12 @@ class SpectrumEnvironment(MCPEnvironment):
 
     def _step_impl(self, action: Action, timeout_s: float | None = None, **kwargs: Any) -> SpectrumObservation:
         if not isinstance(action, SpectrumAction):
-            raise ValueError(f"unsupported action {type(action).__name__}; send a SpectrumAction")
+            raise BadRequest(f"unsupported action {type(action).__name__}; send a SpectrumAction")
         env = self._require_env()
-        for kind, n in action.faults.items():
+        for kind, n in action.faults.items():  # the env bounds the distinct names (MAX_FAULT_KINDS)
             if n > 0:
                 env.record_fault(str(kind)[:60], min(int(n), 10_000))
+        reason = action.reason[:60]
         before = env.scan_index
         res: EnvToolResult | None = None
         text: str | None = None
@@ -109,9 +161,9 @@ class SpectrumEnvironment(MCPEnvironment):
             text = env.no_tool_call()
         elif action.op == "skip":
             if not env.done:
-                env.skip(action.reason or "skipped")
+                env.skip(reason or "skipped")
         else:  # finish
-            env.finish(action.reason or "unfinished")
+            env.finish(reason or "unfinished")
         self._state.step_count += 1
         self._sync_state()
         return self._observe(res=res, text=text, closed_before=before)
@@ -125,18 +177,26 @@ class SpectrumEnvironment(MCPEnvironment):
                                    description="spectrum-rft's memory task: one unknown radio band, a series of "
                                                "sparse noisy scans; report the occupied regions of each scan")
 
+    def close(self) -> None:
+        """The session ended (its client closed it, or it was idle for ``session_idle_s``): the env goes, and a
+        later message on a still-open WebSocket is refused in one line (:data:`CLOSED`)."""
+        self._closed, self._env = True, None
+        super().close()
+
     # ---- internals -------------------------------------------------------------------------------
 
     def _require_env(self) -> SpectrumEnv:
+        if self._closed:
+            raise BadRequest(CLOSED)
         if self._env is None:
-            raise ValueError("no episode: call reset(row_id=...) first")
+            raise BadRequest("no episode: call reset(row_id=...) first")
         return self._env
 
     def _list_tools(self, env: SpectrumEnv) -> None:
         """The session's MCP server lists exactly this row's tools (the mode's set, the preset's schemas)."""
         server = self.mcp_server  # MCPEnvironment's FastMCP server of this session
         if server is None:
-            raise ValueError("the environment is closed")
+            raise BadRequest(CLOSED)
         for name in self._listed:
             server.local_provider.remove_tool(name)
         self._listed = []
@@ -185,19 +245,70 @@ class SpectrumEnvironment(MCPEnvironment):
                                    result=env.result() if env.done else None, **fields, **extra)
 
 
-app = create_app(SpectrumEnvironment, SpectrumAction, SpectrumObservation, env_name=ENV_NAME,
-                 max_concurrent_envs=MAX_CONCURRENT_ENVS)
+async def _refused(request: Request, exc: Exception) -> JSONResponse:
+    return JSONResponse(status_code=400, content={"detail": str(exc)})
+
+
+async def _invalid(request: Request, exc: Exception) -> JSONResponse:
+    """A body OpenEnv's ``/reset`` model refused (``seed: -1``, a long ``episode_id``, not an object): the line
+    :func:`check_reset` says over the WebSocket, HTTP 400. Every other route keeps FastAPI's answer."""
+    assert isinstance(exc, RequestValidationError)
+    if request.url.path.rstrip("/") != "/reset":
+        return await request_validation_exception_handler(request, exc)
+    body = exc.body
+    try:
+        if not isinstance(body, dict) or not all(isinstance(k, str) for k in body):
+            raise BadRequest("reset takes a JSON object: row_id, dataset_info, episode_id")
+        check_reset(**body)
+        line = one_line("; ".join(f"{'.'.join(map(str, e.get('loc', ())[1:]))}: {e.get('msg')}"
+                                  for e in exc.errors()))
+    except BadRequest as e:
+        line = str(e)
+    return JSONResponse(status_code=400, content={"detail": line})
+
+
+def make_app(*, max_sessions: int = MAX_SESSIONS_DEFAULT,
+             session_idle_s: float | None = SESSION_IDLE_S_DEFAULT) -> FastAPI:
+    """OpenEnv's app for the spectrum env: at most ``max_sessions`` sessions at once; a session with no reset or
+    step for ``session_idle_s`` seconds is ended and its slot freed (None: never); refusals are one line
+    (:class:`BadRequest`: HTTP 400 on ``/reset`` and ``/step``)."""
+    if isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or max_sessions < 1:
+        raise ValueError(f"max_sessions must be an int >= 1, got {max_sessions!r}")
+    idle_ok = isinstance(session_idle_s, (int, float)) and not isinstance(session_idle_s, bool) \
+        and 0 < session_idle_s < math.inf
+    if session_idle_s is not None and not idle_ok:
+        raise ValueError(f"session_idle_s must be a finite number of seconds > 0 (None: never), "
+                         f"got {session_idle_s!r}")
+    limits = ConcurrencyConfig(max_concurrent_envs=max_sessions,
+                               session_timeout=None if session_idle_s is None else float(session_idle_s))
+    application = create_app(SpectrumEnvironment, SpectrumAction, SpectrumObservation, env_name=ENV_NAME,
+                             concurrency_config=limits)
+    application.add_exception_handler(BadRequest, _refused)
+    application.add_exception_handler(RequestValidationError, _invalid)
+    return application
+
+
+app = make_app()  # uvicorn spectrum_openenv.server:app: the defaults; main() takes the bounds as flags
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Serve :data:`app` with uvicorn (127.0.0.1 unless ``--host`` says otherwise)."""
+    """Serve :func:`make_app` with uvicorn (127.0.0.1 unless ``--host`` says otherwise)."""
     import uvicorn
 
     p = argparse.ArgumentParser(prog="spectrum-openenv-server", description=__doc__.splitlines()[0])
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--max-sessions", type=int, default=MAX_SESSIONS_DEFAULT, metavar="N",
+                   help="sessions held at once; a new one beyond them is refused (default: %(default)s)")
+    p.add_argument("--session-idle-s", type=float, default=SESSION_IDLE_S_DEFAULT, metavar="S",
+                   help="end a session with no reset or step for S seconds (a client that vanished or went "
+                        "silent), freeing its slot; must exceed a rollout's longest model call with retries; "
+                        "0: never (default: %(default)s)")
     args = p.parse_args(argv)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    if args.max_sessions < 1 or args.session_idle_s < 0 or not math.isfinite(args.session_idle_s):
+        p.error("--max-sessions must be >= 1 and --session-idle-s a finite number >= 0 (0: never)")
+    application = make_app(max_sessions=args.max_sessions, session_idle_s=args.session_idle_s or None)
+    uvicorn.run(application, host=args.host, port=args.port, log_level="warning")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 pytest.importorskip("openenv.core")
@@ -40,13 +41,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server():
-    """OpenEnv's server for the spectrum env (``uvicorn spectrum_openenv.server:app``) on 127.0.0.1. Yields
-    its base URL."""
+def _serve(argv: list[str]):
+    """Run ``python ARGV`` (an OpenEnv server for the spectrum env) on a free port of 127.0.0.1; yield its
+    base URL and process."""
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "spectrum_openenv.server:app", "--host", "127.0.0.1",
-                             "--port", str(port), "--log-level", "warning"], cwd=REPO)
+    proc = subprocess.Popen([sys.executable, *argv, "--host", "127.0.0.1", "--port", str(port)], cwd=REPO)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -57,10 +56,18 @@ def server():
             time.sleep(0.05)
         else:
             pytest.fail("the OpenEnv server did not listen within 60 s")
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", proc
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def server():
+    """OpenEnv's server for the spectrum env (``uvicorn spectrum_openenv.server:app``, the defaults). Yields
+    its base URL."""
+    for url, _ in _serve(["-m", "uvicorn", "spectrum_openenv.server:app", "--log-level", "warning"]):
+        yield url
 
 
 def _row(i: int = 0, **kw) -> tuple[str, dict]:
@@ -123,6 +130,99 @@ def test_bad_input_is_one_line_and_the_session_goes_on(server):
     assert all(s.reward == 0.0 and not s.done for s in steps)
     assert state.faults == {"invalid_report": 2, "unknown_tool": 1}
     assert state.scan == 0 and state.step_count == 3
+
+
+def test_bad_reset_over_http_is_the_same_one_line_4xx(server):
+    """Every reset OpenEnv's stateless ``/reset`` (HTTP) refuses is a 4xx whose ``detail`` is the one line the
+    WebSocket session says for it (not a bare 500); so is ``/step`` (HTTP has no session, so no episode)."""
+    row_id, _ = _row(0)
+
+    def ctx(**c):
+        return {"row_id": row_id, "dataset_info": {"environment_context": c}}
+
+    bad = [{}, {"row_id": row_id, "seed": 3}, {"row_id": row_id, "seed": -1}, {"row_id": row_id, "colour": "red"},
+           {"row_id": 7}, {"row_id": row_id, "dataset_info": "x"}, {"row_id": row_id, "episode_id": "e" * 300},
+           ctx(memory_mode="telepathy"), ctx(preset="nope"), ctx(reward="nope"), ctx(max_calls_per_scan=-1),
+           ctx(max_calls_per_scan="many")]
+
+    async def over_ws(kwargs):
+        async with SpectrumEnvClient(base_url=server) as client:
+            with pytest.raises(Exception) as e:
+                await client.reset(**kwargs)
+            return str(e.value)
+
+    for kwargs in bad:
+        r = httpx.post(f"{server}/reset", json=kwargs, timeout=30)
+        assert 400 <= r.status_code < 500, (kwargs, r.status_code, r.text)
+        line = r.json()["detail"]
+        assert isinstance(line, str) and line and "\n" not in line and "Traceback" not in line, (kwargs, line)
+        assert f"Server error: {line} (code:" in _run(over_ws(kwargs)), kwargs
+    r = httpx.post(f"{server}/step", json={"action": {"tool": "submit_report", "arguments": "{}"}}, timeout=30)
+    assert r.status_code == 400 and r.json()["detail"] == "no episode: call reset(row_id=...) first"
+    r = httpx.post(f"{server}/reset", json={"row_id": row_id}, timeout=30)  # a good one still works
+    assert r.status_code == 200 and r.json()["observation"]["row_id"] == row_id
+
+
+def test_distinct_fault_names_are_bounded(server):
+    """A client may send any fault names; the session's record keeps the first MAX_FAULT_KINDS distinct ones and
+    counts the rest under ``other`` (nothing lost: the counts add up); the env's own keep their names."""
+    row_id, info = _row(0)
+    sent = 3 * 200
+
+    async def go():
+        async with SpectrumEnvClient(base_url=server) as client:
+            await client.reset(row_id=row_id, dataset_info=info)
+            for k in range(3):  # a message of calls left open: no turn ends, so the env adds no fault of its own
+                faults = {f"made_up_{k}_{i}": 1 for i in range(200)}
+                await client.step(SpectrumAction(tool="submit_report", arguments="{not json", first=k == 0,
+                                                 last=False, faults=faults))
+            return await client.state()
+
+    state = _run(go())
+    assert len(state.faults) < 100, len(state.faults)  # not one name per fault sent
+    from spectrum_rft.task.environment import MAX_FAULT_KINDS, OTHER_FAULT
+
+    assert set(state.faults) - {f"made_up_0_{i}" for i in range(MAX_FAULT_KINDS)} == {"invalid_report", OTHER_FAULT}
+    assert state.faults["invalid_report"] == 3  # the env's own faults keep their name
+    assert sum(state.faults.values()) == sent + 3  # every fault counted, under its name or as other
+    assert state.faults["made_up_0_0"] == 1
+
+
+def test_idle_sessions_are_reaped():
+    """Clients that stay connected and say nothing hold no slot past ``--session-idle-s``: with 2 slots both
+    taken, a third client is refused; after the idle limit (OpenEnv's reaper looks every 5 s at the most) it
+    gets a slot, and a reaped client's next message is refused in one line."""
+    row_id, info = _row(0)
+
+    async def go(url):
+        silent = [SpectrumEnvClient(base_url=url) for _ in range(2)]
+        await silent[0].reset(row_id=row_id, dataset_info=info)  # one in an episode, one only connected
+        await silent[1].connect()
+        try:
+            with pytest.raises(Exception, match="CAPACITY_REACHED"):
+                async with SpectrumEnvClient(base_url=url) as third:
+                    await third.reset(row_id=row_id, dataset_info=info)
+            t0, deadline = time.monotonic(), time.monotonic() + 30
+            while True:  # the idle sessions are ended: a new client gets a slot
+                try:
+                    async with SpectrumEnvClient(base_url=url) as third:
+                        obs = (await third.reset(row_id=row_id, dataset_info=info)).observation
+                    break
+                except Exception as e:
+                    assert "CAPACITY_REACHED" in str(e) and time.monotonic() < deadline, str(e)
+                    await asyncio.sleep(0.5)
+            waited = time.monotonic() - t0
+            with pytest.raises(Exception) as e:
+                await silent[0].step(SpectrumAction(tool="submit_report", arguments="{}"))
+            return obs, waited, str(e.value)
+        finally:
+            for c in silent:
+                await c.close()
+
+    for url, _ in _serve(["-m", "spectrum_openenv.server", "--max-sessions", "2", "--session-idle-s", "1"]):
+        obs, waited, refusal = _run(go(url))
+    assert obs.row_id == row_id and waited < 15
+    assert "this session is closed" in refusal and "\n" not in refusal
 
 
 def test_tools_on_mcp_are_the_rows(server):
