@@ -661,3 +661,87 @@ def test_progress_follower_counts_marks_split_across_reads_and_far_from_the_end(
     item, rows = f.feed(mark[half:] + "  Run 1:  12%|#         | 2/16 [00:00]")
     assert (item, rows) == (1, (2, 16)) and f.item == 1
     assert f.feed("more output, no mark") == (None, (2, 16)) and f.item == 1
+
+
+# --------------------------------------------------------------------------------------------------
+# 5. a user's dataset (--dataset FILE): every row runs or the file is refused before any work
+# --------------------------------------------------------------------------------------------------
+
+
+def _raw_rows(n: int, prefix: str = "mine", **kw) -> list[dict]:
+    from spectrum_rft.rollouts.dataset import make_rows
+
+    return make_rows(n, prefix=prefix, **kw)
+
+
+def test_a_dataset_file_with_a_broken_line_names_it_and_runs_the_other_rows(offline_env, tmp_path, capsys):
+    from spectrum_rft.rollouts.dataset import to_evaluation_row_dict
+
+    rows = _raw_rows(2) + [to_evaluation_row_dict(r) for r in _raw_rows(1, prefix="theirs", memory_mode="none")]
+    f = tmp_path / "rows.jsonl"
+    lines = [json.dumps(r) for r in rows]
+    f.write_text("\n".join([lines[0], '{"id": "mine-r0009", "environment_context": {', lines[1], "", "[1, 2]", lines[2]])
+                 + "\n")
+    out = tmp_path / "out"
+    rc = se.main(["--model", "accumulate", "--dataset", str(f), "--out", str(out), "--no-progress"])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    err = [line for line in cap.err.splitlines() if line.strip()]
+    assert err == [f"spectrum-rft eval: {f}:2: not JSON (Expecting property name enclosed in double quotes at column "
+                   f"46); line skipped", f"spectrum-rft eval: {f}:5: not a spectrum row (an object with id, or "
+                   "input_metadata.row_id); line skipped"]
+    got = _rows(out)
+    assert [r["input_metadata"]["row_id"] for r in got] == ["mine-r0000", "mine-r0001", "theirs-r0000"]
+    assert all(r["evaluation_result"]["score"] > 0 for r in got)
+    s = _summary(out)
+    assert s["rows"] == 3 and s["memory_mode"] == "mixed" and s["preset"] == "default-v2"
+    # the same file, the rows capped by --rows, and the flags the rows carry refused
+    assert se.main(["--model", "accumulate", "--dataset", str(f), "--rows", "1", "--json", "--no-progress",
+                    "--out", str(tmp_path / "one")]) == 0
+    assert len(_rows(tmp_path / "one")) == 1
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        se.main(["--dataset", str(f), "--preset", "seed", "--salt", "x", "--out", str(tmp_path / "x")])
+    assert e.value.code == 2 and "drop --preset, --salt" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("trouble, said", [
+    ("duplicate", "1 row id(s) appear more than once ('mine-r0001')"),
+    ("huge", "over the 1,000,000-byte limit of a row; nothing was run"),
+    ("missing", "is not a valid row"),
+    ("empty", "holds no row to run"),
+])
+def test_a_dataset_file_that_cannot_run_is_refused_in_one_line_before_any_work(tmp_path, capsys, trouble, said):
+    rows = _raw_rows(3)
+    if trouble == "duplicate":
+        rows[2]["id"] = rows[1]["id"]
+    elif trouble == "huge":
+        rows[1]["system_prompt"] = "x" * 1_200_000
+    elif trouble == "missing":
+        rows[1] = {"messages": "not a list", "input_metadata": {"row_id": "mine-r0001"}}
+    else:
+        rows = []
+    f = tmp_path / "rows.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out"
+    rc = se.main(["--model", "accumulate", "--dataset", str(f), "--out", str(out), "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2 and said in err and err.count("\n") == 1, err
+    assert not out.exists()
+
+
+def test_the_dataset_adapter_refuses_in_one_line():
+    """The entries' adapter (pytest --ep-jsonl-path, the cloud): the same refusals, one line each."""
+    from spectrum_rft.rollouts.dataset import DatasetError, dataset_adapter
+
+    rows = _raw_rows(2)
+    other = {**rows[0], "environment_context": {**rows[0]["environment_context"], "memory_mode": "none"}}
+    with pytest.raises(DatasetError, match=r"1 differing rows share an id \('mine-r0000'\)"):
+        dataset_adapter([rows[0], rows[1], other])
+    assert len(dataset_adapter([rows[0], dict(rows[0])])) == 2  # one row twice, unchanged: GRPO candidates
+    with pytest.raises(DatasetError, match="over the 1,000,000-byte limit") as e:
+        dataset_adapter([{**rows[0], "system_prompt": "y" * 1_100_000}])
+    with pytest.raises(DatasetError) as e:
+        dataset_adapter([{"messages": [{"role": 7}], "input_metadata": {"row_id": "a"}}])
+    assert "\n" not in str(e.value) and "dataset row 0 ('a') is not a valid row: messages.0" in str(e.value)
+    assert len(dataset_adapter(rows)) == 2

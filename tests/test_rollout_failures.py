@@ -26,6 +26,7 @@ from harness import NullLogger  # noqa: E402
 from loopback_llm import (calls_this_scan, chat_response, ok, policy_responder,  # noqa: E402
                           scan_number, tool_call)
 from spectrum_rft.rollouts.dataset import dataset_adapter, make_rows  # noqa: E402
+from spectrum_rft.rollouts.failures import FAULT_OF_CAUSE  # noqa: E402
 from spectrum_rft.task.environment import env_for_row  # noqa: E402
 from spectrum_rft.rollouts.row_result import evaluate_row  # noqa: E402
 from spectrum_rft.rollouts.turn import (ARGS_PREVIEW_CHARS, FAILURE_CAUSES, MODEL_FAILURE,  # noqa: E402
@@ -129,11 +130,17 @@ def test_a_closed_port_is_connection_refused(path, mcp_server, llm):
     ("empty reply", (200, chat_response(choices=[]), 0.0), TRIES),
     ("rate limited", (429, {"error": {"message": "slow down"}}, 0.0), TRIES),
     ("bad request", (400, {"error": {"message": "unknown parameter"}}, 0.0), 1),  # never retried
+    # an HTTP 200 litellm cannot read (tool_calls a string): litellm raises it as a 500 no server sent
+    ("malformed reply", (200, {**chat_response(""), "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+        "role": "assistant", "content": "", "tool_calls": 'submit_report({"center_freqs": [41.5]})'}}]}, 0.0), TRIES),
 ])
 def test_other_causes(path, cause, reply, requests, mcp_server, llm):
     llm.responder = lambda r: reply
     (row,) = run(path, mcp_server, rows(1, prefix=f"cause-{path}"), llm.completion_params())
     assert assert_model_failure(row, cause)["requests"] == requests == llm.count
+    if cause != "bad request":  # each failed try is counted as the fault it was, and as nothing else
+        llm_faults = {k: v for k, v in spectrum(row)["faults"].items() if k.startswith("llm_")}
+        assert llm_faults == {FAULT_OF_CAUSE[cause]: requests, "llm_gave_up": 1}
 
 
 # --------------------------------------------------------------------------------------------------

@@ -51,7 +51,11 @@ def secrets_by_reference(params: dict[str, Any], prefix: str) -> tuple[dict[str,
         for k, v in d.items():
             here = re.sub(r"[^A-Z0-9_]", "_", f"{path}_{k}".upper())
             if is_secret_name(k) and isinstance(v, str) and v:
-                out[k], env[here] = {ENV_REF: here}, v
+                name, n = here, 1
+                while name in env:  # api_key and API-KEY side by side: two variables
+                    n += 1
+                    name = f"{here}_{n}"
+                out[k], env[name] = {ENV_REF: name}, v
             else:
                 out[k] = walk(v, here) if isinstance(v, dict) else v
         return out

@@ -21,7 +21,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 from spectrum_rft.task.config import MEMORY_MODES, PROMPT_VARIANTS, EnvConfig
 from spectrum_rft.task.presets import PRESET_NAMES, get_preset
@@ -88,26 +88,132 @@ def to_evaluation_row_dict(raw: dict) -> dict:
     }
 
 
+MAX_ROW_BYTES = 1_000_000  # a row is a system prompt and a config (~4 KB): past this it is not a spectrum row
+
+
+class DatasetError(ValueError):
+    """A dataset that cannot run as it is (one line naming the row or the line, and what to do)."""
+
+
+def row_identity(row: Any) -> Any:
+    """The row id of a raw row (``id``), an EvaluationRow-format row or an ``EvaluationRow``; None if none."""
+    if isinstance(row, dict):
+        if "id" in row:
+            return row["id"]
+        meta = row.get("input_metadata")
+        return meta.get("row_id") if isinstance(meta, dict) else None
+    meta = getattr(row, "input_metadata", None)
+    return getattr(meta, "row_id", None)
+
+
+def _canonical(row: Any) -> str:
+    if isinstance(row, dict):
+        return json.dumps(row, sort_keys=True, default=str)
+    dump = getattr(row, "model_dump_json", None)
+    return dump() if callable(dump) else repr(row)
+
+
+def check_row_ids(rows: list, *, repeats: bool = False) -> None:
+    """Refuse (:class:`DatasetError`, one line naming them) row ids that appear more than once: a row's band is
+    seeded from its id, so two rows with one id are one band scored twice (under two settings, two scores).
+    ``repeats``: the same row given again, unchanged, is allowed (GRPO candidates of one row); two *different*
+    rows under one id never are."""
+    seen: dict[Any, str] = {}
+    dup: list[Any] = []
+    for r in rows:
+        key, text = row_identity(r), _canonical(r) if repeats else ""
+        if key in seen and (not repeats or seen[key] != text) and key not in dup:
+            dup.append(key)
+        seen.setdefault(key, text)
+    if dup:
+        shown = ", ".join(repr(k) for k in dup[:5]) + (f" and {len(dup) - 5} more" if len(dup) > 5 else "")
+        what = "differing rows share an id" if repeats else "row id(s) appear more than once"
+        raise DatasetError(f"{len(dup)} {what} ({shown}): each row needs an id of its own (its band is seeded "
+                           "from it)")
+
+
+def _one_line(e: Exception) -> str:
+    """A pydantic validation error (multi-line) as one line: its first problem and where."""
+    errors = getattr(e, "errors", None)
+    if callable(errors):
+        try:
+            first = errors()[0]
+            where = ".".join(str(x) for x in first.get("loc", ()))
+            return f"{where}: {first.get('msg')}" if where else str(first.get("msg"))
+        except Exception:  # noqa: BLE001  (fall back to the first line)
+            pass
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
 def dataset_adapter(rows: Iterable[dict]) -> list:
     """Raw rows or EvaluationRow-format rows -> ``EvaluationRow`` objects (row ids preserved). Pure: no
-    environment is built here (the privileged oracle rebuilds its row from the call's litellm metadata)."""
+    environment is built here (the privileged oracle rebuilds its row from the call's litellm metadata).
+    Before any rollout, a row over :data:`MAX_ROW_BYTES`, a row that is not a spectrum row and two different
+    rows under one id are refused with one line (:class:`DatasetError`); one row repeated unchanged (GRPO
+    candidates) is not."""
     from eval_protocol.models import EvaluationRow  # noqa: PLC0415
 
+    rows = list(rows)
     out = []
     for i, r in enumerate(rows):
         if isinstance(r, EvaluationRow):
             out.append(r)
             continue
         if not isinstance(r, dict):
-            raise TypeError(f"dataset row {i}: expected an object, got {type(r).__name__}")
-        if "messages" in r and "input_metadata" in r:
-            out.append(EvaluationRow.model_validate(r))
-        elif "id" in r and "environment_context" in r:
-            out.append(EvaluationRow.model_validate(to_evaluation_row_dict(r)))
-        else:
-            raise ValueError(f"dataset row {i}: neither a raw spectrum row (id, environment_context) nor an "
-                             "EvaluationRow (messages, input_metadata)")
+            raise DatasetError(f"dataset row {i}: expected an object, got {type(r).__name__}")
+        size = len(json.dumps(r, separators=(",", ":")))
+        if size > MAX_ROW_BYTES:
+            raise DatasetError(f"dataset row {i} ({row_identity(r)!r}) is {size:,} bytes, over the {MAX_ROW_BYTES:,}-byte "
+                               "limit of a row (a spectrum row is a prompt and a config: a few KB)")
+        try:
+            if "messages" in r and "input_metadata" in r:
+                out.append(EvaluationRow.model_validate(r))
+            elif "id" in r and "environment_context" in r:
+                out.append(EvaluationRow.model_validate(to_evaluation_row_dict(r)))
+            else:
+                raise DatasetError(f"dataset row {i}: neither a raw spectrum row (id, environment_context) nor an "
+                                   "EvaluationRow (messages, input_metadata)")
+        except DatasetError:
+            raise
+        except (ValueError, TypeError) as e:
+            raise DatasetError(f"dataset row {i} ({row_identity(r)!r}) is not a valid row: {_one_line(e)}") from None
+    check_row_ids(rows, repeats=True)  # the rows as given (an EvaluationRow object: as itself)
     return out
+
+
+def read_dataset(path: str | Path) -> tuple[list[dict], list[str]]:
+    """The rows of a JSONL dataset file (raw or EvaluationRow format) and the lines that were skipped, each
+    as one line naming the file and line number (a line that is not a JSON object). A line over
+    :data:`MAX_ROW_BYTES` or a row id given twice refuses the whole file (:class:`DatasetError`): no rollout
+    runs on a dataset that is not what its author meant."""
+    path = Path(path)
+    rows: list[dict] = []
+    skipped: list[str] = []
+    try:
+        f = path.open("rb")
+    except OSError as e:
+        raise DatasetError(f"cannot read {path}: {e.strerror or e}") from None
+    with f:
+        for n, raw in enumerate(f, start=1):
+            if len(raw) > MAX_ROW_BYTES:
+                raise DatasetError(f"{path}:{n}: a line of {len(raw):,} bytes, over the {MAX_ROW_BYTES:,}-byte limit of "
+                                   "a row; nothing was run")
+            text = raw.decode("utf-8", errors="replace").strip()
+            if not text:
+                continue
+            try:
+                row = json.loads(text)
+            except ValueError as e:
+                skipped.append(f"{path}:{n}: not JSON ({getattr(e, 'msg', e)} at column {getattr(e, 'colno', '?')}); "
+                               "line skipped")
+                continue
+            if not isinstance(row, dict) or row_identity(row) is None:
+                skipped.append(f"{path}:{n}: not a spectrum row (an object with id, or input_metadata.row_id); "
+                               "line skipped")
+                continue
+            rows.append(row)
+    check_row_ids(rows)
+    return rows, skipped
 
 
 def write_jsonl(rows: Iterable[dict], path: str | Path) -> Path:

@@ -11,10 +11,14 @@ from __future__ import annotations
 # The error message of a row whose model never produced a usable reply starts with this.
 MODEL_FAILURE = "model never produced a usable reply"
 # Every cause, in the order reports list them; "error" is the catch-all.
-FAILURE_CAUSES = ("connection refused", "http 5xx", "timeout", "rate limited", "empty reply", "bad request", "error")
+FAILURE_CAUSES = ("connection refused", "http 5xx", "timeout", "rate limited", "empty reply", "malformed reply",
+                  "bad request", "error")
 # The env fault kind the loop records for a failed request of each cause, and back.
 FAULT_OF_CAUSE: dict[str, str] = {
     "connection refused": "llm_connection", "http 5xx": "llm_5xx", "timeout": "llm_timeout",
-    "rate limited": "llm_rate_limited", "empty reply": "llm_empty_choices", "bad request": "llm_bad_request",
-    "error": "llm_error"}
+    "rate limited": "llm_rate_limited", "empty reply": "llm_empty_choices", "malformed reply": "llm_malformed_reply",
+    "bad request": "llm_bad_request", "error": "llm_error"}
+# litellm's words for an HTTP 200 whose body it could not read as a chat completion (``tool_calls`` a string, a
+# message that is not an object): it raises them as an HTTP 500, which no server sent
+MALFORMED_REPLY_TEXT = "Invalid response object"
 CAUSE_OF_FAULT: dict[str, str] = {fault: cause for cause, fault in FAULT_OF_CAUSE.items()}

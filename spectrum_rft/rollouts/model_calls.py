@@ -22,7 +22,8 @@ from typing import Any, Awaitable, Callable
 import httpx
 import openai
 
-from spectrum_rft.rollouts.failures import FAILURE_CAUSES, FAULT_OF_CAUSE, MODEL_FAILURE  # noqa: F401
+from spectrum_rft.rollouts.failures import (FAILURE_CAUSES, FAULT_OF_CAUSE, MALFORMED_REPLY_TEXT,  # noqa: F401
+                                            MODEL_FAILURE)
 from spectrum_rft.task.actions import is_unparseable
 
 # HTTP statuses that say "this request will never work": configuration, not a passing fault.
@@ -64,6 +65,8 @@ def failure_cause(exc: BaseException) -> str:
     if any(isinstance(e, (openai.APITimeoutError, httpx.TimeoutException, asyncio.TimeoutError,
                           TimeoutError)) for e in chain):
         return "timeout"
+    if any(MALFORMED_REPLY_TEXT in str(e) for e in chain):
+        return "malformed reply"  # before the 5xx litellm dresses it as
     if is_config_error(exc):
         return "bad request"
     if any(isinstance(e, (openai.APIConnectionError, httpx.TransportError, ValueError)) for e in chain):

@@ -21,6 +21,7 @@ from spectrum_rft.tools.entries import ENTRIES, PROJECT_ROOT
 from spectrum_rft.tools.evaluation.progress import Progress
 from spectrum_rft.tools.evaluation.render import format_fault_summary, format_table, plot_per_scan, skip_warnings
 from spectrum_rft.tools.evaluation.plugin import STREAM_FILE
+from spectrum_rft.rollouts.dataset import row_identity
 from spectrum_rft.tools.evaluation.rows import first_of_each, load_streamed_rows, row_id
 from spectrum_rft.tools.evaluation.runner import EvalError, Stop, Watchdog, run_models
 from spectrum_rft.tools.evaluation.specs import DEFAULT_LADDER, PATH_PARAM_DEFAULTS, ModelSpec, model_specs
@@ -85,13 +86,19 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a baseline (memoryless, accumulate, oracle, empty, carpet-K, random-K, or spectrum/<name>), "
                          "'local' (SmolLM2 via llama.cpp, started for the run), or any litellm model (openai/<name> "
                          "with --api-base). Repeatable. Default: the ladder " + ", ".join(DEFAULT_LADDER))
-    ap.add_argument("--rows", type=_count, default=16, help="dataset rows (bands) per model (>= 1)")
-    ap.add_argument("--preset", default="default",
-                    help=f"the band preset: {', '.join(ROW_PRESETS)} (the 90-scan schedule has a command of its own)")
+    ap.add_argument("--rows", type=_count, default=None,
+                    help="dataset rows (bands) per model (>= 1; default 16, or every row of --dataset)")
+    ap.add_argument("--dataset", default=None, metavar="FILE",
+                    help="run the rows of a JSONL file (from `spectrum-rft dataset`, raw or evaluation-row format) "
+                         "instead of generating them; the rows carry their own preset, memory mode, prompt, reward "
+                         "and salt")
+    ap.add_argument("--preset", default=None,
+                    help=f"the band preset: {', '.join(ROW_PRESETS)} (default: default; the 90-scan schedule has a "
+                         "command of its own)")
     ap.add_argument("--memory-mode", choices=MEMORY_MODES, default=None,
                     help="default: the prompt's (scaffold for the explicit prompt)")
-    ap.add_argument("--prompt", choices=PROMPT_VARIANTS, default="explicit", help="system prompt variant")
-    ap.add_argument("--reward", default="default")
+    ap.add_argument("--prompt", choices=PROMPT_VARIANTS, default=None, help="system prompt variant (default: explicit)")
+    ap.add_argument("--reward", default=None, help="the reward (default: default, the audited one)")
     ap.add_argument("--max-calls-per-scan", type=_count, default=None,
                     help="model calls per scan before it is skipped, >= 1 (the environment's default otherwise)")
     ap.add_argument("--concurrency", type=_count, default=16,
@@ -100,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--tool-choice", default=None, help="tool_choice to send (e.g. auto; the local model sets it)")
     ap.add_argument("--param", action="append", type=_parse_param, default=[], metavar="KEY=VALUE",
                     help="extra completion param for non-baseline models (value parsed as JSON if it can be)")
-    ap.add_argument("--salt", default="", help="band salt (rows are reproducible for a given salt)")
+    ap.add_argument("--salt", default=None, help="band salt (rows are reproducible for a given salt; default none)")
     ap.add_argument("--out", default=None, help="results folder (default: runs/eval/<path>-<time>)")
     ap.add_argument("--overwrite", action="store_true", help="replace the run an existing --out folder holds")
     ap.add_argument("--resume", action="store_true",
@@ -114,6 +121,34 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     ap.add_argument("--no-progress", action="store_true")
     return ap
+
+
+def _row_setting(rows: list[dict], key: str) -> str:
+    """A setting of a user's rows (``environment_context[key]``, raw or evaluation-row format): its value when
+    every row has the same, else ``"mixed"``."""
+    def ctx(r: dict) -> dict:
+        info = (r.get("input_metadata") or {}).get("dataset_info") if "input_metadata" in r else None
+        c = (info or {}).get("environment_context") if isinstance(info, dict) else r.get("environment_context")
+        return c if isinstance(c, dict) else {}
+
+    values = {str(ctx(r).get(key)) for r in rows}
+    return values.pop() if len(values) == 1 else "mixed"
+
+
+def load_user_dataset(path: str) -> list[dict]:
+    """``--dataset FILE``: its rows, checked as the entries will check them (:func:`~spectrum_rft.rollouts.
+    dataset.dataset_adapter`) before any work. A line that is not JSON is skipped and named on stderr (one line
+    each: file and line number); a row over the size limit, a row id given twice, a row that is not a spectrum
+    row or a file with no row is :class:`~spectrum_rft.rollouts.dataset.DatasetError` (one line)."""
+    from spectrum_rft.rollouts.dataset import DatasetError, dataset_adapter, read_dataset  # noqa: PLC0415
+
+    rows, skipped = read_dataset(path)
+    for line in skipped:
+        print(f"spectrum-rft eval: {line}", file=sys.stderr)
+    if not rows:
+        raise DatasetError(f"--dataset {path} holds no row to run")
+    dataset_adapter(rows)
+    return rows
 
 
 def write_dataset(path: Path, n: int, *, preset: str, memory_mode: str | None, reward: str, prompt: str,
@@ -243,7 +278,8 @@ def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset:
              memory_mode: str | None = None, reward: str = "default", prompt: str = "explicit", salt: str = "",
              max_calls_per_scan: int | None = None, concurrency: int = 16, timeout: float = 1800.0,
              keep_ep_logs: bool = False, progress: bool = True,
-             watchdogs: Sequence[Watchdog] = (), resume: bool = False) -> dict[str, Any]:
+             watchdogs: Sequence[Watchdog] = (), resume: bool = False,
+             dataset_rows: list[dict] | None = None) -> dict[str, Any]:
     """Run every model through the ``path`` entry; write rows, summary and plot under ``out``; return the
     summary (``models[label]``: the table's metrics, the per-scan curve, row and error counts, error
     causes, fault totals, skipped scans).
@@ -254,15 +290,20 @@ def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset:
     ``stopped`` (``"timeout"``, ``"interrupted"``, ``"aborted"``), ``aborted`` (the watchdog's message),
     ``cut_off`` (the models with unfinished rows) and, per model, ``rows_unfinished`` and
     ``unfinished_row_ids``. A local model server started here is watched too (it exiting aborts the run)."""
-    from spectrum_rft.rollouts.dataset import check_row_preset, default_memory_mode  # noqa: PLC0415
+    from spectrum_rft.rollouts.dataset import check_row_preset, default_memory_mode, write_jsonl  # noqa: PLC0415
     from spectrum_rft.task.config import EnvConfig  # noqa: PLC0415
 
     started = time.monotonic()  # the timeout counts from here: building the dataset is part of the run
-    memory_mode = memory_mode or default_memory_mode(prompt)
-    check_row_preset(preset)
-    cfg = EnvConfig(preset=preset, memory_mode=memory_mode, reward=reward, prompt=prompt,  # validate before any work
-                    **({"max_calls_per_scan": max_calls_per_scan} if max_calls_per_scan is not None else {}))
-    preset, reward = cfg.preset, cfg.reward  # the versions (default -> default-v2 / match_iou), as the rows record
+    if dataset_rows is not None:  # a user's rows: they carry their settings (the summary names them, or "mixed")
+        dataset_rows = dataset_rows[:rows]
+        preset, memory_mode, reward, prompt = (_row_setting(dataset_rows, k) for k in
+                                               ("preset", "memory_mode", "reward", "prompt"))
+    else:
+        memory_mode = memory_mode or default_memory_mode(prompt)
+        check_row_preset(preset)
+        cfg = EnvConfig(preset=preset, memory_mode=memory_mode, reward=reward, prompt=prompt,  # validate before any work
+                        **({"max_calls_per_scan": max_calls_per_scan} if max_calls_per_scan is not None else {}))
+        preset, reward = cfg.preset, cfg.reward  # the versions (default -> default-v2 / match_iou), as the rows record
     if rows < 1 or concurrency < 1 or not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
         raise ValueError("rows and concurrency must be >= 1 and timeout a finite number of seconds > 0")
     if rows > MAX_ROWS:
@@ -272,10 +313,14 @@ def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset:
     if not resume:  # a run --overwrite replaces: nothing of it may be taken for this run's
         for name in (STREAM_FILE, "rows.jsonl", "summary.json"):
             (out / name).unlink(missing_ok=True)
-    dataset = write_dataset(out / ("dataset.jsonl.resume" if resume else "dataset.jsonl"), rows, preset=preset,
-                            memory_mode=memory_mode, reward=reward, prompt=prompt, salt=salt,
-                            max_calls_per_scan=max_calls_per_scan)
-    all_ids = [json.loads(line).get("id") for line in dataset.read_text().splitlines() if line.strip()]
+    dataset_path = out / ("dataset.jsonl.resume" if resume else "dataset.jsonl")
+    if dataset_rows is not None:
+        dataset = write_jsonl(dataset_rows, dataset_path)
+        rows = len(dataset_rows)
+    else:
+        dataset = write_dataset(dataset_path, rows, preset=preset, memory_mode=memory_mode, reward=reward,
+                                prompt=prompt, salt=salt, max_calls_per_scan=max_calls_per_scan)
+    all_ids = [row_identity(json.loads(line)) for line in dataset.read_text().splitlines() if line.strip()]
     kept: list[list[dict]] = []
     if resume:  # run only the rows some model has not finished; keep the rest
         try:
@@ -287,7 +332,7 @@ def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset:
         lines = [x for x in (out / "dataset.jsonl").read_text().splitlines() if x.strip()]
         dataset = out / "dataset.resume.jsonl"
         wanted = set(todo)
-        dataset.write_text("".join(x + "\n" for x in lines if json.loads(x).get("id") in wanted))
+        dataset.write_text("".join(x + "\n" for x in lines if row_identity(json.loads(x)) in wanted))
         if not todo:
             raise EvalError(f"--resume: every row of the run in {out} is finished; nothing to resume")
         print(f"resume: {sum(len(v) for v in kept)} finished rows kept, {len(todo)} of {rows} rows to run",
@@ -474,16 +519,30 @@ def _main(argv: list[str] | None) -> int:
                             extra=dict(a.param))
     except ValueError as e:
         ap.error(str(e))
+    dataset_rows = None
+    if a.dataset is not None:
+        given = [f for f, v in (("--preset", a.preset), ("--memory-mode", a.memory_mode), ("--prompt", a.prompt),
+                                ("--reward", a.reward), ("--salt", a.salt),
+                                ("--max-calls-per-scan", a.max_calls_per_scan)) if v is not None]
+        if given:
+            ap.error(f"--dataset rows carry their own settings: drop {', '.join(given)} (or write the rows with them: "
+                     "spectrum-rft dataset)")
+        try:
+            dataset_rows = load_user_dataset(a.dataset)
+        except ValueError as e:
+            print(f"spectrum-rft eval: {e}", file=sys.stderr)
+            return 2
     out = Path(a.out) if a.out else PROJECT_ROOT / "runs" / "eval" / f"{a.path}-{time.strftime('%Y%m%d-%H%M%S')}"
     problem = out_problem(out, a.overwrite, a.resume)
     if problem:
         print(f"spectrum-rft eval: {problem}", file=sys.stderr)
         return 2
     try:
-        summary = run_eval(specs, path=a.path, rows=a.rows, out=out, preset=a.preset, memory_mode=a.memory_mode,
-                           reward=a.reward, prompt=a.prompt, salt=a.salt, max_calls_per_scan=a.max_calls_per_scan,
+        summary = run_eval(specs, path=a.path, rows=a.rows or (len(dataset_rows) if dataset_rows else 16), out=out,
+                           preset=a.preset or "default", memory_mode=a.memory_mode, reward=a.reward or "default",
+                           prompt=a.prompt or "explicit", salt=a.salt or "", max_calls_per_scan=a.max_calls_per_scan,
                            concurrency=a.concurrency, timeout=a.timeout, keep_ep_logs=a.ep_logs,
-                           progress=not a.no_progress, resume=a.resume)
+                           progress=not a.no_progress, resume=a.resume, dataset_rows=dataset_rows)
     except ValueError as e:
         ap.error(str(e))
     except (EvalError, LocalServerError) as e:

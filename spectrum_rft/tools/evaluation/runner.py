@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from spectrum_rft.common.processes import stop_process_group
 from spectrum_rft.common.redaction import REDACTED
+from spectrum_rft.rollouts.dataset import row_identity
 from spectrum_rft.tools.entries import ENTRIES, PROJECT_ROOT
 from spectrum_rft.tools.evaluation.plugin import ITEM_MARK, MODELS_ENV, PARENT_ENV, STREAM_ENV
 from spectrum_rft.tools.evaluation.progress import Progress
@@ -280,7 +281,7 @@ def run_models(path: str, specs: Sequence[ModelSpec], dataset: Path, rows: int, 
     order: dict[Any, int] = {}
     for line in dataset.read_text().splitlines():
         if line.strip():
-            order.setdefault(json.loads(line).get("id"), len(order))
+            order.setdefault(row_identity(json.loads(line)), len(order))
     for lst in by_model.values():
         lst.sort(key=lambda r: order.get((r.get("input_metadata") or {}).get("row_id"), len(order)))
     return ModelsRun(by_model, stopped, message, proc.returncode, round(time.monotonic() - started, 2), log_path)

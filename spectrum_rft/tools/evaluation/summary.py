@@ -7,7 +7,7 @@ import re
 from typing import Any, Sequence
 
 from spectrum_rft.common.stats import standard_error
-from spectrum_rft.rollouts.failures import CAUSE_OF_FAULT, FAILURE_CAUSES, MODEL_FAILURE
+from spectrum_rft.rollouts.failures import CAUSE_OF_FAULT, FAILURE_CAUSES, MALFORMED_REPLY_TEXT, MODEL_FAILURE
 from spectrum_rft.task.reward import is_finite_number
 
 METRICS = ("score", "mean_occ", "mean_avail", "memory_gain", "dormant_recall", "scans_skipped")
@@ -60,6 +60,7 @@ def is_error_row(row: dict) -> bool:
 # Why a rollout errored: the rollout loop's model-failure causes (extra["spectrum_rollout"]["model_failure"]
 # ["cause"], spectrum_rft.rollouts.failures), the same words for errors classified here from the status message.
 _CAUSE_TEXT: tuple[tuple[str, re.Pattern], ...] = tuple((cause, re.compile(rx, re.I)) for cause, rx in (
+    ("malformed reply", re.escape(MALFORMED_REPLY_TEXT)),  # before http 5xx: litellm words it as one
     ("connection refused", r"connection refused|APIConnectionError|connection error|connecterror|connect call failed"
                            r"|failed to establish|cannot connect|name or service not known|connection reset"
                            r"|server disconnected|remoteprotocolerror"),
