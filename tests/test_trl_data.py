@@ -232,3 +232,20 @@ def test_channel_value_measures_perfect_use_of_the_echo(capsys):
     assert acc["weak-scaffold"]["beyond_current"]["mean"] > 0.2
     assert main(["--rows", "5", "--salt", "chan"]) == 0 and "real - control (paired)" in capsys.readouterr().out
     assert main(["--rows", "5", "--arm", "memoryless"]) == 2 and "shows no echo" in capsys.readouterr().err
+
+
+def test_a_completion_record_says_what_it_kept_of_the_echo_and_what_it_added():
+    """Per completion (issue 40 item 3): echo_kept counts the echoed centres the report reproduces; peaks_added
+    the report's centres on a current peak the echo did not hold; refusals the reports the env refused first."""
+    row = {**_rows(1, salt="added")[0], "scan": 6}
+    env, scan = _prefix(row)
+    tol = env._env.config.carry_tolerance  # noqa: SLF001
+    new = [p[0] for p in scan.peaks if all(abs(p[0] - e) > tol for e in scan.echo)]
+    assert scan.echo and new, "the fixture's scan must show a peak the echo lacks"
+    env.submit_report(center_freqs=["nope"])  # refused: the scan stays open
+    env.submit_report(center_freqs=list(scan.echo) + new)
+    m = env.metrics()
+    assert m["echo_kept"] == len(scan.echo) and m["peaks_added"] == len(new) and m["refusals"] == 1
+    copy = _prefix(row)[0]
+    copy.submit_report(center_freqs=list(scan.echo))
+    assert copy.metrics()["peaks_added"] == 0 and copy.metrics()["refusals"] == 0

@@ -428,9 +428,11 @@ class SpectrumEnv:
         kept = sum(1 for p in s.prev_report if _near(now, p, self.config.carry_tolerance))
         echo = self._echo or []  # the echo shown with this scan (what echo_copy compares in both arms)
         echo_kept = sum(1 for e in echo if _near(now, e, self.config.carry_tolerance))
+        peaks, echoed = sorted(p.freq for p in scan.peaks), sorted(echo)
+        added = sum(1 for c in now if _near(peaks, c, self._half_width()) and not _near(echoed, c, self.config.carry_tolerance))
         s.records.append(
             sr.ScanRecord(s.scan + 1, reward, sc.occ, sc.avail, skipped, len(centres), len(dormant_seen), covered,
-                          len(s.prev_report), kept, len(echo), echo_kept, sc.match, current_part)
+                          len(s.prev_report), kept, len(echo), echo_kept, sc.match, current_part, peaks_added=added)
         )
         s.seen.update(scan.detected)
         s.prev_report = now
@@ -441,12 +443,16 @@ class SpectrumEnv:
                 "avail": sc.avail, "match": sc.match, "skipped": skipped}
         return self.observation(), reward, self.done, False, info
 
+    def _half_width(self) -> float:
+        """Half a reported region's width: how near a centre must be to a peak to be that peak's."""
+        return 0.5 * (self.preset.report_width or self.preset.default_width)
+
     def _current_part(self, scan: Scan, centres: list[float], widths: list[float], reward: float) -> float:
         """The reward of the report restricted to its centres within half a region width of one of this scan's
         peaks: what the scan alone could have told. ``reward - current_part`` is ``beyond_current``."""
         s = self._s
         assert s is not None
-        half = 0.5 * (self.preset.report_width or self.preset.default_width)
+        half = self._half_width()
         peaks = sorted(p.freq for p in scan.peaks)
         keep = [i for i, c in enumerate(centres) if _near(peaks, c, half)]
         if len(keep) == len(centres):

@@ -233,6 +233,7 @@ class ScanRecord:
     echo_kept: int = 0  # ... of which this report reproduces (within the carry tolerance, half a width)
     match: float = 0.0  # match_iou of the report (whatever the reward; a diagnostic beside occ and avail)
     current_part: float = 0.0  # the reward of the report's centres near a current peak alone (see beyond_current)
+    peaks_added: int = 0  # the report's centres on one of this scan's peaks that the echo did not hold: what it added
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__slots__}

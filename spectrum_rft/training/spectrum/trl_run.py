@@ -13,7 +13,8 @@ winning. CPU by default (a smoke run); on GPUs the same command runs under ``acc
 
 A run directory holds ``config.json`` (effective config), ``code_revision.json``, ``metrics.jsonl`` (TRL's
 log, one line per step), ``rollouts.jsonl`` (train: one line per completion: step, row id, scan, band
-fingerprint, score and memory metrics, the completion's text and parsed calls), ``adapter/`` (LoRA) and
+fingerprint, score and memory metrics: beyond_current, echo_copy, echo_kept, peaks_added (current peaks the
+report added to the echo), report_size, refusals; the completion's text and parsed calls), ``adapter/`` (LoRA) and
 ``model/`` (merged, with tokenizer).
 """
 
@@ -265,7 +266,8 @@ def make_reward(path: Path, tokenizer: Any):
                                     **{k: m.get(k) for k in ("band_fingerprint", "score", "late_mean", "early_mean",
                                                              "carry_rate", "echo_copy", "dormant_recall", "scans_skipped",
                                                              "memoryless_reward", "gain_vs_memoryless",
-                                                             "report_size", "faults")},
+                                                             "beyond_current", "echo_kept", "peaks_added",
+                                                             "refusals", "report_size", "faults")},
                                     "calls": [x for m in c for x in message_calls(m)] if isinstance(c, list) else [],
                                     "completion": tokenizer.decode(ids, skip_special_tokens=False)[:COMPLETION_CHARS]})
 
