@@ -31,8 +31,11 @@ completions that reproduce more of the echo score higher, so GRPO pushes towards
 Held-out evaluations (``--heldout NAME=SUMMARY.json``, from ``spectrum-rft eval --json``) are tabulated
 beside it.
 
-**The held-out rule** (issue 28, fixed before the runs it judges; :func:`panel_verdict`), the primary one from
-evidence v3 on, with the rule above as secondary. Metric: ``beyond_current`` = a report's score minus the
+**The whole-episode rule** (issue 40, fixed before the runs it judges; ``--whole-*``,
+:mod:`.episode_verdict`) is the primary one from evidence v4 on, with the two below as secondary.
+
+**The held-out rule** (issue 28, fixed before the runs it judges; :func:`panel_verdict`), the primary one of
+evidence v3, with the rule above as secondary. Metric: ``beyond_current`` = a report's score minus the
 score of the same report restricted to its centres within half a width of a current peak (the env records
 it per scan). Panel: ``spectrum-rft scan-eval`` of every checkpoint on the same >= 64 held-out scan episodes
 of the real-echo arm, greedy (temperature 0) under the grammar (``--panel-warm``, ``--panel-real SEED=FILE``,
@@ -51,6 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from spectrum_rft.common.stats import linear_fit, mean, pstdev, standard_error, thirds, trailing_mean
+from spectrum_rft.training.spectrum.episode_verdict import format_verdict, judge
 from spectrum_rft.training.spectrum.scan_eval import Unpaired, load_result, paired_difference
 
 CURVES = ("score", "late_score", "gain_vs_memoryless", "gain_valid", "echo_copy", "carry_rate", "valid")
@@ -271,6 +275,17 @@ def fmt(x: float | None, nd: int = 3) -> str:
     return "n/a" if x is None else f"{x:+.{nd}f}" if x < 0 else f"{x:.{nd}f}"
 
 
+def print_whole(a: argparse.Namespace) -> int:
+    """The whole-episode verdict (:mod:`.episode_verdict`) of ``--whole-*``, printed (or JSON); 2 on bad input."""
+    try:
+        v = judge(a.whole_warm, a.whole_real, a.whole_control, a.whole_exclude)
+    except (ValueError, OSError, KeyError) as e:  # VerdictInputError is a ValueError
+        print(f"spectrum-rft memory-report: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps({"whole": v}, indent=2) if a.json else "\n".join(format_verdict(v)))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="spectrum-rft memory-report", description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="*", help="`spectrum-rft train` run directories (both arms, every seed)")
@@ -281,11 +296,25 @@ def main(argv: list[str] | None = None) -> int:
                     help="the held-out panel: a control checkpoint's scan-eval file (repeatable)")
     ap.add_argument("--heldout", action="append", default=[], metavar="NAME=SUMMARY.json",
                     help="a held-out `spectrum-rft eval --json` summary to tabulate (repeatable)")
+    ap.add_argument("--whole-warm", metavar="EVAL_DIR",
+                    help="the whole-episode rule (primary from evidence v4): the warm start's spectrum-rft eval folder")
+    ap.add_argument("--whole-real", action="append", default=[], metavar="SEED=EVAL_DIR",
+                    help="the whole-episode rule: a real-arm checkpoint's eval folder, same bands (repeatable)")
+    ap.add_argument("--whole-control", action="append", default=[], metavar="SEED=EVAL_DIR",
+                    help="the whole-episode rule: a control checkpoint's eval folder, same bands (repeatable)")
+    ap.add_argument("--whole-exclude", action="append", default=[], metavar="PATH",
+                    help="a training run folder (its rollouts.jsonl) or SFT/training dataset whose bands the held-out "
+                         "bands must not include (repeatable; checked by fingerprint)")
     ap.add_argument("--png", default=None, help="curves PNG (default: <first run's parent>/memory_curves.png)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
-    if not a.runs and not a.panel_warm:
-        ap.error("give run directories, or a held-out panel (--panel-warm, --panel-real, --panel-control)")
+    if not a.runs and not a.panel_warm and not a.whole_warm:
+        ap.error("give run directories, a held-out panel (--panel-warm, ...) or whole episodes (--whole-warm, ...)")
+    if a.whole_warm:
+        code = print_whole(a)
+        if code or not (a.runs or a.panel_warm):
+            return code
+        print()
     try:
         runs = [load_run(Path(p)) for p in a.runs]
         held = heldout_table(a.heldout)

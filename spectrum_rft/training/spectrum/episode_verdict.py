@@ -1,0 +1,210 @@
+"""The whole-episode rule of evidence v4 (issue 40), fixed before any of the runs it judges.
+
+Where the product measures: whole 12-scan episodes through ``spectrum-rft eval`` (the checkpoint served by
+``serve-hf`` or vLLM, greedy, no grammar, memory mode ``scaffold``: the echo is the model's own previous
+report) on >= :data:`MIN_BANDS` held-out bands, the warm start and every final checkpoint on the same bands.
+Each is one eval folder (``rows.jsonl`` + ``summary.json`` of one model).
+
+* Metric: the episode's ``beyond_current`` (what its reports earn beyond their centres at each scan's own
+  peaks: memory's part); ``dormant_recall`` and ``memory_gain`` are reported beside it, secondary.
+* Per band b: ``u_b`` = mean over the real arm's seeds of real_s(b) - warm(b); ``d_b`` = mean over seeds of
+  real_s(b) - mean over seeds of control_s(b).
+* u and d are the means over bands; their SE is a bootstrap over bands (:data:`BOOTSTRAP` resamples, seed
+  :data:`BOOTSTRAP_SEED`): a band is drawn with all its seeds together, so the SE counts the variance the
+  seeds share through the bands (and through the one warm start) rather than treating seeds as independent.
+* Reported share of a checkpoint: scans not skipped / all scans of its episodes.
+* **LEARNED** if u > 2 SE(u) and d > 2 SE(d) and every real checkpoint reports >= 95 % of its scans;
+  **NOT LEARNED** if u <= 2 SE(u) and every checkpoint (real and control) reports >= 95 %; otherwise
+  **INCONCLUSIVE** (also with fewer than :data:`MIN_BANDS` bands or :data:`MIN_SEEDS` seeds in an arm).
+
+The held-out bands must be unseen: :func:`check_unseen` refuses a verdict when a band's fingerprint appears in
+a training run's ``rollouts.jsonl`` or in an SFT/training dataset file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+METRIC = "beyond_current"
+SECONDARY = ("dormant_recall", "memory_gain")
+MIN_BANDS = 24
+MIN_SEEDS = 3
+MIN_REPORTED = 0.95
+BOOTSTRAP = 10_000
+BOOTSTRAP_SEED = 40  # the issue's number: fixed, so the SE of a record is reproducible to the digit
+
+
+class VerdictInputError(ValueError):
+    """Eval folders the rule cannot judge (one line: which folder, what is wrong)."""
+
+
+def _env_record(row: dict) -> dict:
+    extra = (row.get("execution_metadata") or {}).get("extra") or {}
+    rec = extra.get("spectrum") if isinstance(extra, dict) else None
+    return rec if isinstance(rec, dict) else {}
+
+
+def load_episodes(folder: str | Path) -> dict[str, Any]:
+    """One model's whole episodes from a ``spectrum-rft eval`` folder: per band (row id) its fingerprint, the
+    metrics of the rule and its scans reported/total. A row that errored before its env recorded anything
+    counts as every scan unreported and earns 0."""
+    folder = Path(folder)
+    try:
+        summary = json.loads((folder / "summary.json").read_text())
+        lines = (folder / "rows.jsonl").read_text().splitlines()
+    except (OSError, ValueError) as e:
+        raise VerdictInputError(f"{folder}: not a finished spectrum-rft eval folder ({e})") from None
+    if len(summary.get("models") or {}) != 1:
+        raise VerdictInputError(f"{folder}: holds {len(summary.get('models') or {})} models; give one eval folder per "
+                                "checkpoint")
+    if summary.get("memory_mode") != "scaffold":
+        raise VerdictInputError(f"{folder}: memory mode {summary.get('memory_mode')!r}; the rule plays scaffold episodes "
+                                "(the model's own echo)")
+    bands: dict[str, dict] = {}
+    for line in lines:
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        rec = _env_record(row)
+        rid = (row.get("input_metadata") or {}).get("row_id")
+        n = int(rec.get("n_scans") or len(rec.get("per_scan_reward") or []) or 0)
+        skipped = int(rec.get("scans_skipped", n))
+        bands[str(rid)] = {"fingerprint": rec.get("band_fingerprint"), METRIC: float(rec.get(METRIC) or 0.0),
+                           **{k: rec.get(k) for k in SECONDARY}, "scans": n, "reported": n - skipped}
+    return {"name": str(folder), "bands": bands}
+
+
+def reported_share(episodes: dict) -> float:
+    scans = sum(b["scans"] for b in episodes["bands"].values())
+    return sum(b["reported"] for b in episodes["bands"].values()) / scans if scans else 0.0
+
+
+def bootstrap_se(per_band: Sequence[float], n: int = BOOTSTRAP, seed: int = BOOTSTRAP_SEED) -> float:
+    """The SE of the mean over bands: the sd of the means of ``n`` resamples of the bands, with replacement."""
+    x = np.asarray(per_band, dtype=float)
+    if x.size < 2:
+        return float("nan")
+    idx = np.random.default_rng(seed).integers(0, x.size, size=(n, x.size))
+    return float(x[idx].mean(axis=1).std(ddof=1))
+
+
+def _common_bands(all_eps: list[dict]) -> list[str]:
+    sets = [set(e["bands"]) for e in all_eps]
+    common = set.intersection(*sets)
+    for e, s in zip(all_eps, sets):
+        if s != common:
+            raise VerdictInputError(f"{e['name']}: its bands differ from the others' ({len(s ^ common)} not shared); "
+                                    "every checkpoint plays the same held-out bands")
+    return sorted(common)
+
+
+def check_unseen(episodes: dict, seen: set[str]) -> None:
+    """Refuse (one line) held-out bands whose fingerprints a training or SFT rollout played."""
+    hit = sorted(b for b, v in episodes["bands"].items() if v["fingerprint"] in seen)
+    if hit:
+        raise VerdictInputError(f"{episodes['name']}: {len(hit)} held-out band(s) were played in training or SFT "
+                                f"({', '.join(hit[:3])}{' ...' if len(hit) > 3 else ''}): draw them with another salt")
+
+
+def seen_fingerprints(paths: Sequence[str | Path]) -> set[str]:
+    """The band fingerprints of training runs (a run folder's ``rollouts.jsonl``, or the file itself) and of
+    dataset files (rows with ``environment_context``: each row's band is rebuilt by its seed rule)."""
+    from spectrum_rft.task.environment import env_for_row  # noqa: PLC0415
+
+    seen: set[str] = set()
+    for p in map(Path, paths):
+        f = p / "rollouts.jsonl" if p.is_dir() else p
+        try:
+            lines = f.read_text().splitlines()
+        except OSError as e:
+            raise VerdictInputError(f"{p}: cannot read ({e.strerror or e})") from None
+        for line in lines:
+            if not line.strip():
+                continue
+            d = json.loads(line)
+            if d.get("band_fingerprint"):
+                seen.add(d["band_fingerprint"])
+            elif "environment_context" in d:
+                env, seed = env_for_row(d["id"], {"environment_context": d["environment_context"]})
+                env.reset(seed)
+                seen.add(env.metrics()["band_fingerprint"])
+    return seen
+
+
+def whole_verdict(warm: dict, real: dict[int, dict], control: dict[int, dict]) -> dict:
+    """The rule (module docstring) over loaded episodes; every number it used is in the result."""
+    names = [("warm start", warm), *[(f"real s{k}", v) for k, v in sorted(real.items())],
+             *[(f"control s{k}", v) for k, v in sorted(control.items())]]
+    bands = _common_bands([e for _, e in names])
+    reported = {name: reported_share(e) for name, e in names}
+
+    def at(e: dict, metric: str = METRIC) -> np.ndarray:
+        return np.array([e["bands"][b][metric] for b in bands], dtype=float)
+
+    u_b = np.mean([at(r) for r in real.values()], axis=0) - at(warm) if real else np.array([])
+    d_b = (np.mean([at(r) for r in real.values()], axis=0) - np.mean([at(c) for c in control.values()], axis=0)
+           if real and control else np.array([]))
+    out: dict[str, Any] = {
+        "rule": "LEARNED if u > 2 SE(u), d > 2 SE(d) and every real checkpoint reports >= 95 % of its scans; NOT "
+                "LEARNED if u <= 2 SE(u) and every checkpoint reports >= 95 %; else INCONCLUSIVE (SE: bootstrap over "
+                "bands, seeds kept together)",
+        "metric": METRIC, "bands": len(bands), "seeds": {"real": sorted(real), "control": sorted(control)},
+        "reported": reported, "per_band": {"u": u_b.round(6).tolist(), "d": d_b.round(6).tolist()},
+        "means": {name: {m: (float(np.mean([v for v in at(e, m) if v == v])) if len(bands) else None)
+                         for m in (METRIC, *SECONDARY)} for name, e in names},
+    }
+    if len(bands) < MIN_BANDS or len(real) < MIN_SEEDS or len(control) < MIN_SEEDS:
+        return {**out, "verdict": "inconclusive",
+                "why": f"needs >= {MIN_BANDS} bands and >= {MIN_SEEDS} seeds per arm (have {len(bands)} bands, "
+                       f"{len(real)} real and {len(control)} control seeds)"}
+    u, d = float(u_b.mean()), float(d_b.mean())
+    se_u, se_d = bootstrap_se(u_b), bootstrap_se(d_b)
+    real_ok = all(reported[f"real s{k}"] >= MIN_REPORTED for k in real)
+    all_ok = real_ok and all(reported[f"control s{k}"] >= MIN_REPORTED for k in control)
+    out.update(u=u, se_u=se_u, d=d, se_d=se_d, real_reported_ok=real_ok, all_reported_ok=all_ok)
+    if u > 2 * se_u and d > 2 * se_d and real_ok:
+        v, why = "learned", f"u = {u:+.4f} > 2 SE = {2 * se_u:.4f}, d = {d:+.4f} > 2 SE = {2 * se_d:.4f}, every real " \
+                            "checkpoint reports >= 95 %"
+    elif u <= 2 * se_u and all_ok:
+        v, why = "not learned", f"u = {u:+.4f} <= 2 SE = {2 * se_u:.4f}, every checkpoint reports >= 95 %"
+    else:
+        v, why = "inconclusive", (f"u = {u:+.4f} (2 SE {2 * se_u:.4f}), d = {d:+.4f} (2 SE {2 * se_d:.4f}); real "
+                                  f"checkpoints report >= 95 %: {real_ok}, all: {all_ok}")
+    return {**out, "verdict": v, "why": why}
+
+
+def _seed_folders(specs: Sequence[str], flag: str) -> dict[int, dict]:
+    out = {}
+    for spec in specs:
+        seed, sep, path = spec.partition("=")
+        if not sep or not seed.lstrip("s").isdigit():
+            raise VerdictInputError(f"{flag} expects SEED=EVAL_FOLDER (e.g. 0=runs/eval/real-s0), got {spec!r}")
+        out[int(seed.lstrip("s"))] = load_episodes(path)
+    return out
+
+
+def judge(warm: str, real: Sequence[str], control: Sequence[str], exclude: Sequence[str] = ()) -> dict:
+    """``memory-report --whole-*``: load the folders, check the bands unseen, apply the rule."""
+    w, r, c = load_episodes(warm), _seed_folders(real, "--whole-real"), _seed_folders(control, "--whole-control")
+    seen = seen_fingerprints(exclude)
+    for e in (w, *r.values(), *c.values()):
+        check_unseen(e, seen)
+    return {**whole_verdict(w, r, c), "unseen_checked_against": len(seen)}
+
+
+def format_verdict(v: dict) -> list[str]:
+    """The verdict and every number it used, as printed lines."""
+    lines = [f"whole-episode rule (pre-registered, issue 40): {v['rule']}",
+             f"  {v['bands']} held-out bands; seeds real {v['seeds']['real']}, control {v['seeds']['control']}; "
+             f"fingerprints checked against {v.get('unseen_checked_against', 0)} played in training/SFT"]
+    for name, m in v["means"].items():
+        lines.append(f"  {name:<14} reported {v['reported'][name]:.3f}   " +
+                     "   ".join(f"{k} {m[k]:+.4f}" if m[k] is not None else f"{k} n/a" for k in m))
+    if "u" in v:
+        lines.append(f"  u = {v['u']:+.4f} (SE {v['se_u']:.4f})   d = {v['d']:+.4f} (SE {v['se_d']:.4f})")
+    lines.append(f"  verdict: {v['verdict'].upper()} ({v['why']})")
+    return lines
