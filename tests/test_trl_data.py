@@ -249,3 +249,34 @@ def test_a_completion_record_says_what_it_kept_of_the_echo_and_what_it_added():
     copy = _prefix(row)[0]
     copy.submit_report(center_freqs=list(scan.echo))
     assert copy.metrics()["peaks_added"] == 0 and copy.metrics()["refusals"] == 0
+
+
+def test_a_channel_with_room_the_echo_of_accumulate_12_never_fills_the_report():
+    """Issue 40 item 2: scans 1..k-1 played by ``accumulate`` leave the echo at the region cap in a large share
+    of scan episodes (no room for "echo + the new peaks"); ``accumulate-12`` keeps the 12 most often seen, so
+    no echo is at the cap, and what it keeps is at least as often a true transmitter."""
+    from spectrum_rft.baselines.policies import make_policy
+
+    def echoes(history):
+        out = []
+        for row in grpo_rows(80, prompt="weak", memory_mode="scaffold", salt="room", prefix="room", episode="scan",
+                             echo_history=history):
+            env, scan = _prefix(row)
+            truth = env._env.truth()  # noqa: SLF001 (what share of the echo is real)
+            out.append((scan.echo or [], truth))
+        return out
+
+    full, room = echoes("accumulate"), echoes("accumulate-12")
+    at_cap = [sum(1 for e, _ in x if len(e) >= 16) / len(x) for x in (full, room)]
+    assert at_cap[0] > 0.15 and at_cap[1] == 0.0
+    assert max(len(e) for e, _ in room) == 12
+
+    def on_truth(x):
+        hits = [sum(1 for c in e if any(abs(c - t) <= w / 2 for t, w in truth)) / len(e) for e, truth in x if e]
+        return sum(hits) / len(hits)
+
+    assert on_truth(room) >= on_truth(full) - 0.01
+    p = make_policy("accumulate-3")
+    assert p.name == "accumulate-3"
+    with pytest.raises(ValueError, match="K must be >= 1"):
+        make_policy("accumulate-0")

@@ -11,6 +11,8 @@ it appears.
 * ``accumulate``  keeps every peak it has read (the current scan, earlier scans in its history, and the
                   environment's echo of its previous report), de-duplicated within half a width by a
                   running mean; past the region cap it keeps the most often seen.
+* ``accumulate-K`` the same memory, reporting at most K regions (the most often seen, then the most recently):
+                  a memory that keeps what recurs and leaves the report room for new peaks.
 * ``oracle``      reports the true transmitters (privileged).
 * ``carpet-K``    K evenly spaced regions, ignoring the scans (blind).
 * ``random-K``    K uniformly random centres, ignoring the scans (blind).
@@ -87,10 +89,13 @@ class Accumulate(Policy):
 
     name = "accumulate"
 
-    def __init__(self, default_width: float = TX_WIDTH):
+    def __init__(self, default_width: float = TX_WIDTH, keep: int | None = None):
         self.items: list[list[float]] = []  # [centre, width, count, last_seen]
         self.t = 0
         self.default_width = default_width
+        self.keep = keep  # report at most this many regions (None: up to the region cap)
+        if keep is not None:
+            self.name = f"accumulate-{keep}"
 
     def _add(self, freq: float, width: float) -> None:
         best, dist = None, 0.0
@@ -118,10 +123,11 @@ class Accumulate(Policy):
     def act(self) -> dict:
         cur = self.last
         items = self.items
-        if len(items) > cur.max_regions:
-            items = sorted(items, key=lambda it: (it[2], it[3]), reverse=True)[: cur.max_regions]
+        cap = cur.max_regions if self.keep is None else min(self.keep, cur.max_regions)
+        if len(items) > cap:
+            items = sorted(items, key=lambda it: (it[2], it[3]), reverse=True)[:cap]
         items = sorted(items)
-        return _report([it[0] for it in items], [it[1] for it in items], cur.max_regions, cur.band)
+        return _report([it[0] for it in items], [it[1] for it in items], cap, cur.band)
 
 
 class Carpet(Policy):
@@ -189,7 +195,7 @@ def oracle_report(truth: Sequence[tuple[float, float]]) -> dict:
     return {"center_freqs": [c for c, _ in truth], "bandwidths": [w for _, w in truth]}
 
 
-POLICY_NAMES = ("empty", "memoryless", "accumulate", "oracle", "carpet-K", "random-K",
+POLICY_NAMES = ("empty", "memoryless", "accumulate", "accumulate-K", "oracle", "carpet-K", "random-K",
                 "BASE+random[-K]", "BASE+carpet", "BASE+shift-S", "BASE+dup")
 _PAD = re.compile(r"(memoryless|accumulate)\+(?:(random)(?:-(\d+))?|(carpet)|(shift)-(\d+(?:\.\d+)?)|(dup))")
 
@@ -206,6 +212,11 @@ def make_policy(name: str, seed: int = 0) -> Policy | None:
         return simple[name]()
     if name == "oracle":
         return None
+    m = re.fullmatch(r"accumulate-(\d+)", name)
+    if m:
+        if int(m.group(1)) < 1:
+            raise ValueError(f"{name}: K must be >= 1")
+        return Accumulate(keep=int(m.group(1)))
     m = re.fullmatch(r"(carpet|random)-(\d+)", name)
     if m:
         k = int(m.group(2))

@@ -82,10 +82,12 @@ def memoryless_report(scan_text: str) -> dict:
 
 
 # Who plays scans 1..k-1 of a scan episode (the row's ``echo_history``), and so what the echo of scan k
-# carries: ``accumulate`` (every peak seen so far: what a model that keeps the echo and adds each scan's
-# peaks is shown in a whole scaffold episode) or ``memoryless`` (the previous scan's peaks only: the design
-# of RESULTS_memory.md section 10, whose rows carry no such column).
-ECHO_HISTORIES = ("accumulate", "memoryless")
+# carries: ``accumulate`` (every peak seen so far, up to the region cap: what a model that keeps the echo and
+# adds each scan's peaks is shown in a whole scaffold episode; at the cap in a third of scan episodes, where
+# "echo + new peaks" cannot fit), ``accumulate-12`` (the same memory keeping the 12 most often seen: the echo
+# leaves the report room for a scan's new peaks; issue 40's channel with room) or ``memoryless`` (the previous
+# scan's peaks only: the design of RESULTS_memory.md section 10, whose rows carry no such column).
+ECHO_HISTORIES = ("accumulate", "accumulate-12", "memoryless")
 
 
 def play_prefix(env: SpectrumEnv, n: int, history: str = "accumulate") -> None:
