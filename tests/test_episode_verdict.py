@@ -84,7 +84,7 @@ def test_folders_the_rule_cannot_judge_are_refused_in_one_line(tmp_path):
     grammarless = eval_dir(tmp_path / "none", list(WARM), mode="none")
     with pytest.raises(V.VerdictInputError, match="memory mode 'none'"):
         V.judge(w, [f"0={grammarless}"], [])
-    with pytest.raises(V.VerdictInputError, match="expects SEED=EVAL_FOLDER"):
+    with pytest.raises(V.VerdictInputError, match="expects SEED=PATH"):
         V.judge(w, [w], [])
     # a held-out band a training run played: refused
     run = tmp_path / "run"

@@ -136,7 +136,7 @@ def test_panel_refuses_what_the_rule_does_not_allow(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "seed 0: d" in out and "seed 1: d" in out and "verdict (held-out, primary): NOT LEARNED" in out
     assert M.main(["--panel-warm", str(files["warm"]), "--panel-real", "zero=x.json"]) == 2
-    assert "expected SEED=FILE" in capsys.readouterr().err
+    assert "--panel-real expects SEED=PATH (e.g. 0=real-s0.json)" in capsys.readouterr().err
 
 
 def test_scan_eval_device_cuda_without_a_gpu_is_one_line(tmp_path, capsys):

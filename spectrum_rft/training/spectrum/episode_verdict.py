@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -177,19 +177,22 @@ def whole_verdict(warm: dict, real: dict[int, dict], control: dict[int, dict]) -
     return {**out, "verdict": v, "why": why}
 
 
-def _seed_folders(specs: Sequence[str], flag: str) -> dict[int, dict]:
+def by_seed(specs: Sequence[str], flag: str, load: Callable[[str], dict], example: str) -> dict[int, dict]:
+    """``SEED=PATH`` arguments (``0=...`` or ``s0=...``) -> {seed: load(PATH)}; one line for a malformed one."""
     out = {}
     for spec in specs:
         seed, sep, path = spec.partition("=")
         if not sep or not seed.lstrip("s").isdigit():
-            raise VerdictInputError(f"{flag} expects SEED=EVAL_FOLDER (e.g. 0=runs/eval/real-s0), got {spec!r}")
-        out[int(seed.lstrip("s"))] = load_episodes(path)
+            raise VerdictInputError(f"{flag} expects SEED=PATH (e.g. {example}), got {spec!r}")
+        out[int(seed.lstrip("s"))] = load(path)
     return out
 
 
 def judge(warm: str, real: Sequence[str], control: Sequence[str], exclude: Sequence[str] = ()) -> dict:
     """``memory-report --whole-*``: load the folders, check the bands unseen, apply the rule."""
-    w, r, c = load_episodes(warm), _seed_folders(real, "--whole-real"), _seed_folders(control, "--whole-control")
+    w = load_episodes(warm)
+    r = by_seed(real, "--whole-real", load_episodes, "0=runs/whole/real-s0")
+    c = by_seed(control, "--whole-control", load_episodes, "0=runs/whole/control-s0")
     seen = seen_fingerprints(exclude)
     for e in (w, *r.values(), *c.values()):
         check_unseen(e, seen)

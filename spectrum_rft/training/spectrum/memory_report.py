@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from spectrum_rft.common.stats import linear_fit, mean, pstdev, standard_error, thirds, trailing_mean
-from spectrum_rft.training.spectrum.episode_verdict import format_verdict, judge
+from spectrum_rft.training.spectrum.episode_verdict import by_seed, format_verdict, judge
 from spectrum_rft.training.spectrum.scan_eval import Unpaired, load_result, paired_difference
 
 CURVES = ("score", "late_score", "gain_vs_memoryless", "gain_valid", "echo_copy", "carry_rate", "valid")
@@ -213,13 +213,7 @@ def panel_verdict(warm: dict, real: dict[int, dict], control: dict[int, dict],
 
 
 def _seed_files(specs: list[str], flag: str) -> dict[int, dict]:
-    out = {}
-    for spec in specs:
-        seed, sep, path = spec.partition("=")
-        if not sep or not seed.lstrip("s").isdigit():
-            raise ValueError(f"{flag} {spec!r}: expected SEED=FILE (e.g. 0=real-s0.json)")
-        out[int(seed.lstrip("s"))] = load_result(path)
-    return out
+    return by_seed(specs, flag, load_result, "0=real-s0.json")
 
 
 def plot(runs: list[TrlRun], path: Path) -> Path:
