@@ -22,3 +22,26 @@ FAULT_OF_CAUSE: dict[str, str] = {
 # message that is not an object): it raises them as an HTTP 500, which no server sent
 MALFORMED_REPLY_TEXT = "Invalid response object"
 CAUSE_OF_FAULT: dict[str, str] = {fault: cause for cause, fault in FAULT_OF_CAUSE.items()}
+
+# The env's reason for a scan skipped because every request of the model failed (its fault kind: ``skip_`` + it).
+SKIP_MODEL_FAILURE = "llm_failure"
+MOSTLY_SKIPPED = 0.5  # more than this share of a model's scans skipped because its requests failed: no result
+
+
+def no_result(rows: int, errored: int, *, scans: int = 0, skipped: int = 0, skipped_by_model: int = 0,
+              cause: str | None = None) -> str | None:
+    """Why a model's numbers are no result (a few words), or None when they are one: every rollout errored,
+    every scan was skipped, or more than :data:`MOSTLY_SKIPPED` of its scans were skipped because its requests
+    failed. Such a model's table cells would be empty reports' scores (an empty report's available-IoU is
+    high: a dead endpoint would look like a model that scored), so every table (eval, bench90, report) shows
+    it as failed instead, with this reason first. ``scans``, ``skipped``: the env's counts over the rows;
+    ``skipped_by_model``: those skipped for :data:`SKIP_MODEL_FAILURE`; ``cause``: one of
+    :data:`FAILURE_CAUSES`."""
+    why = f", cause: {cause}" if cause else ""
+    if rows and errored >= rows:
+        return f"every rollout errored ({errored}/{rows}){why}"
+    if scans and skipped >= scans:
+        return f"every scan of every row was skipped ({skipped}/{scans})"
+    if scans and skipped_by_model / scans > MOSTLY_SKIPPED:
+        return f"{skipped_by_model}/{scans} scans skipped because model requests failed{why}"
+    return None

@@ -21,11 +21,13 @@ import json
 import math
 import os
 import sys
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from spectrum_rft.common.stats import mean_or
 from spectrum_rft.rollouts.driver import drive
 from spectrum_rft.rollouts.episode import InProcessEpisode
+from spectrum_rft.rollouts.failures import CAUSE_OF_FAULT, SKIP_MODEL_FAILURE, no_result
 from spectrum_rft.rollouts.model_calls import CallStats, ModelCaller
 from spectrum_rft.rollouts.scripted import SCRIPTED_MODEL_PREFIX
 from spectrum_rft.task.bench90 import BENCH90, N_RUNS, SCANS_PER_STAGE, STAGES, check_run
@@ -90,28 +92,44 @@ def play_policy(policy: str, system: str, run: int, prompt: str = "weak") -> lis
 # --------------------------------------------------------------------------------------------------
 
 
-def summarize_run(run: int, records: Sequence[dict]) -> dict:
-    """One run's numbers from the env's per-scan records (every scan counted, skipped ones as empty)."""
+def summarize_run(run: int, records: Sequence[dict], *, errored: bool = False, skipped_by_model: int = 0,
+                  cause: str | None = None) -> dict:
+    """One run's numbers from the env's per-scan records (every scan counted, skipped ones as empty).
+    ``errored``: the run's row ended in error; ``skipped_by_model``: its scans skipped because every model request
+    failed; ``cause``: why (:mod:`spectrum_rft.rollouts.failures`). ``failed`` says why the run has no result
+    (:func:`~spectrum_rft.rollouts.failures.no_result`), else None."""
     avail = [r["avail"] for r in records]
     occ = [r["occ"] for r in records]
     n = SCANS_PER_STAGE
+    skipped = sum(1 for r in records if r.get("skipped"))
     return {
+        "failed": no_result(1, int(errored), scans=len(records), skipped=skipped, skipped_by_model=skipped_by_model,
+                            cause=cause),
+        "errored": bool(errored), "scans_skipped_model": skipped_by_model, "cause": cause,
         "run": run,
         "mean_avail": mean_or(avail, math.nan),
         "mean_occ": mean_or(occ, math.nan),
         "stage_means": [mean_or(avail[s * n:(s + 1) * n], math.nan) for s in range(len(STAGES))],
         "first10": mean_or(avail[:10], math.nan),
         "last10": mean_or(avail[-10:], math.nan),
-        "scans_skipped": sum(1 for r in records if r.get("skipped")),
+        "scans_skipped": skipped,
     }
 
 
 def summarize(model: str, system: str, per_run: Sequence[dict], via: str) -> dict:
-    """Means over runs (each run weighs the same)."""
+    """Means over runs (each run weighs the same). A model whose runs are no result together
+    (:func:`~spectrum_rft.rollouts.failures.no_result` over its runs: every run errored, or most scans were
+    skipped because its requests failed) has ``failed`` (the reason) and no mean: they would be empty reports'."""
     keys = ("mean_avail", "mean_occ", "first10", "last10")
     out: dict[str, Any] = {"model": model, "system": system, "runs": len(per_run), "via": via}
-    out.update({k: mean_or([r[k] for r in per_run], math.nan) for k in keys})
-    out["stage_means"] = [mean_or([r["stage_means"][s] for r in per_run], math.nan) for s in range(len(STAGES))]
+    causes = [r.get("cause") for r in per_run if r.get("cause")]
+    out["failed"] = no_result(len(per_run), sum(1 for r in per_run if r.get("errored")),
+                              scans=BENCH90.n_scans * len(per_run), skipped=sum(r["scans_skipped"] for r in per_run),
+                              skipped_by_model=sum(r.get("scans_skipped_model", 0) for r in per_run),
+                              cause=max(causes, key=causes.count) if causes else None)
+    out.update({k: None if out["failed"] else mean_or([r[k] for r in per_run], math.nan) for k in keys})
+    out["stage_means"] = [None if out["failed"] else mean_or([r["stage_means"][s] for r in per_run], math.nan)
+                          for s in range(len(STAGES))]
     out["stages"] = [st.name for st in STAGES]
     out["per_run"] = list(per_run)
     return out
@@ -119,25 +137,37 @@ def summarize(model: str, system: str, per_run: Sequence[dict], via: str) -> dic
 
 def add_gain(result: dict, stateless: dict | None) -> dict:
     """``gain_over_stateless`` = mean available-IoU minus the same model's stateless mean (per run too,
-    when the stateless result has the same runs)."""
+    when the stateless result has the same runs). A failed result (or stateless baseline, or run) has no gain."""
+    ok = stateless is not None and not stateless.get("failed") and not result.get("failed")
     result["stateless_mean_avail"] = None if stateless is None else stateless["mean_avail"]
-    result["gain_over_stateless"] = None if stateless is None else result["mean_avail"] - stateless["mean_avail"]
-    base = {r["run"]: r["mean_avail"] for r in (stateless or {}).get("per_run", [])}
+    result["gain_over_stateless"] = result["mean_avail"] - stateless["mean_avail"] if ok else None
+    base = {r["run"]: r["mean_avail"] for r in (stateless or {}).get("per_run", []) if not r.get("failed")}
     for r in result["per_run"]:
-        r["gain_over_stateless"] = r["mean_avail"] - base[r["run"]] if r["run"] in base else None
+        r["gain_over_stateless"] = r["mean_avail"] - base[r["run"]] if r["run"] in base and not r.get("failed") \
+            else None
     return result
 
 
 def format_table(result: dict) -> str:
+    """The result as a table; a failed model (or run) says FAILED and why, with no figure."""
+    head = f"bench90  model {result['model']}  system {result['system']}  runs {result['runs']}  via {result['via']}"
+    if result.get("failed"):
+        lines = [head, "", f"FAILED: {result['failed']}: no result (its figures would be empty reports')", ""]
+        lines += [f"run {r['run']}: {'FAILED: ' + r['failed'] if r.get('failed') else 'finished'}"
+                  for r in result["per_run"]]
+        return "\n".join(lines)
     st = ", ".join(f"{n} {v:.3f}" for n, v in zip(result["stages"], result["stage_means"]))
     lines = [
-        f"bench90  model {result['model']}  system {result['system']}  runs {result['runs']}  via {result['via']}",
+        head,
         "",
         "| run | avail-IoU | occ-IoU | " + " | ".join(result["stages"]) + " | first10 | last10 | gain vs stateless |",
         "|---|---|---|" + "---|" * len(result["stages"]) + "---|---|---|",
     ]
     for r in result["per_run"]:
         g = "-" if r.get("gain_over_stateless") is None else f"{r['gain_over_stateless']:+.3f}"
+        if r.get("failed"):
+            lines.append(f"| {r['run']} | FAILED: {r['failed']} |")
+            continue
         lines.append(f"| {r['run']} | {r['mean_avail']:.3f} | {r['mean_occ']:.3f} | "
                      + " | ".join(f"{v:.3f}" for v in r["stage_means"])
                      + f" | {r['first10']:.3f} | {r['last10']:.3f} | {g} |")
@@ -146,6 +176,9 @@ def format_table(result: dict) -> str:
               f"stage means: {st}", f"first10 {result['first10']:.4f}  last10 {result['last10']:.4f}",
               "gain over stateless: "
               + ("-" if g is None else f"{g:+.4f} (stateless {result['stateless_mean_avail']:.4f})")]
+    failed = [r for r in result["per_run"] if r.get("failed")]
+    if failed:
+        lines.append(f"{len(failed)} of {result['runs']} runs FAILED (scored as empty reports in the means)")
     return "\n".join(lines)
 
 
@@ -163,7 +196,8 @@ def evaluate(model: str, system: str, runs: int, via: str = "auto", prompt: str 
              **model_options: Any) -> dict:
     """Evaluate ``model`` under ``system`` on runs ``0..runs-1``: the summary dict (without the gain).
     ``model_options`` go to :func:`run_with_processor`. Rows that ended in error are still summarized
-    (every scan scored) and listed under ``errors``."""
+    (every scan scored), listed under ``errors`` and marked ``failed``; a model with no result (every run errored,
+    or most scans skipped because its requests failed) has ``failed`` and no means (:func:`summarize`)."""
     if not 1 <= runs <= N_RUNS:
         raise ValueError(f"runs must be 1..{N_RUNS}")
     env_config(system, prompt)  # validate early
@@ -174,15 +208,15 @@ def evaluate(model: str, system: str, runs: int, via: str = "auto", prompt: str 
     if via == "direct":
         if pol is None:
             raise ValueError("--via direct plays scripted policies only (model spectrum/<policy>)")
-        records = [play_policy(pol, system, r, prompt) for r in range(runs)]
+        per_run = [summarize_run(r, play_policy(pol, system, r, prompt)) for r in range(runs)]
     elif via == "processor":
-        try:
-            records = run_with_processor(model, system, runs, prompt, **model_options)
-        except BenchRowError as e:
-            records, errors = e.records, list(e.errors)
+        played = run_with_processor(model, system, runs, prompt, **model_options)
+        errors = [p.error for p in played if p.error]
+        per_run = [summarize_run(r, p.records, errored=p.error is not None, skipped_by_model=p.skipped_by_model,
+                                 cause=p.cause) for r, p in enumerate(played)]
     else:
         raise ValueError(f"unknown via {via!r}")
-    result = summarize(model, system, [summarize_run(r, recs) for r, recs in enumerate(records)], via)
+    result = summarize(model, system, per_run, via)
     # the ICL budget actually applied (the direct path replays the whole history)
     applies = via == "processor" and system == "icl"
     result["token_budget"] = model_options.get("token_budget", DEFAULT_ICL_TOKEN_BUDGET) if applies else None
@@ -217,11 +251,11 @@ def run_with_processor(model: str, system: str, runs: int, prompt: str = "weak",
                        concurrency: int = 5, token_budget: int | None = DEFAULT_ICL_TOKEN_BUDGET,
                        llm_tries: int = 4,
                        temperature: float | None = None, max_tokens: int | None = None,
-                       extra_params: dict | None = None, progress: Any | None = None) -> list[list[dict]]:
+                       extra_params: dict | None = None, progress: Any | None = None) -> list["PlayedRun"]:
     """Each run as one eval-protocol row through the in-process rollout path (:mod:`spectrum_rft.rollouts.turn`,
-    the one loop); the env's per-scan records of each run. ``progress``: a stream for progress lines (None:
-    silent). A row that ended in error still has every scan scored (the processor closes the rest as empty
-    reports); the errors are raised together (:class:`BenchRowError`) after every row finished."""
+    the one loop); each run's env per-scan records, its error and its scans skipped because the model failed
+    (:class:`PlayedRun`). ``progress``: a stream for progress lines (None: silent). A row that ended in error
+    still has every scan scored (the processor closes the rest as empty reports)."""
     import asyncio  # noqa: PLC0415
 
     from eval_protocol.pytest.types import RolloutProcessorConfig  # noqa: PLC0415
@@ -245,28 +279,32 @@ def run_with_processor(model: str, system: str, runs: int, prompt: str = "weak",
         return list(await asyncio.gather(*processor(rows, config)))
 
     done = asyncio.run(go())
-    out, errors = [], []
+    out = []
     for row in done:
-        spec = (row.execution_metadata.extra or {}).get("spectrum")
+        extra = row.execution_metadata.extra or {}
+        spec = extra.get("spectrum")
         status = row.rollout_status
-        if status is not None and status.is_error():
-            errors.append(f"{row.input_metadata.row_id}: {status.message}")
+        error = f"{row.input_metadata.row_id}: {status.message}" if status is not None and status.is_error() else None
         if spec is None:
-            raise RuntimeError(f"bench90: {row.input_metadata.row_id} produced no scores"
-                               + (f" ({errors[-1]})" if errors else ""))
-        out.append(spec["scan_records"])
-    if errors:
-        raise BenchRowError(errors, out)
+            raise RuntimeError(f"bench90: {row.input_metadata.row_id} produced no scores" + (f" ({error})" if error else ""))
+        failure = (extra.get("spectrum_rollout") or {}).get("model_failure") or {}
+        faults = spec.get("faults") or {}
+        cause = failure.get("cause") if isinstance(failure, dict) else None
+        if cause is None and faults:
+            cause = next((CAUSE_OF_FAULT[k] for k in sorted(faults, key=lambda k: -faults[k]) if k in CAUSE_OF_FAULT),
+                         None)
+        out.append(PlayedRun(spec["scan_records"], error, int(faults.get("skip_" + SKIP_MODEL_FAILURE, 0)), cause))
     return out
 
 
-class BenchRowError(RuntimeError):
-    """Some rows ended in error; ``records`` still holds every run's (fully scored) per-scan records."""
+@dataclass
+class PlayedRun:
+    """One run played through the rollout processor."""
 
-    def __init__(self, errors: list[str], records: list[list[dict]]):
-        super().__init__("; ".join(errors))
-        self.errors = errors  # one message per errored row (a message may itself contain "; ")
-        self.records = records
+    records: list[dict]  # the env's per-scan records (every scan, skipped ones as empty reports)
+    error: str | None = None  # "row_id: message" when the row ended in error
+    skipped_by_model: int = 0  # scans skipped because every model request failed
+    cause: str | None = None  # why the model's requests failed (spectrum_rft.rollouts.failures.FAILURE_CAUSES)
 
 
 def _progress_logger(stream: Any | None) -> Any:
@@ -368,13 +406,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"spectrum-rft bench90: {e}", file=sys.stderr)
         return 2
     add_gain(result, stateless)
+    # what went wrong first, then the table: a model with no result is said to have failed before anything else
+    if result.get("failed"):
+        print(f"spectrum-rft bench90: {a.model}: FAILED: {result['failed']}: no result", file=sys.stderr)
+    if stateless is not None and stateless is not result and stateless.get("failed"):
+        print(f"spectrum-rft bench90: {a.model} stateless: FAILED: {stateless['failed']}: no gain", file=sys.stderr)
+    for e in result["errors"]:
+        print(f"spectrum-rft bench90: row error: {' '.join(str(e).split())[:400]}", file=sys.stderr)
+    sys.stderr.flush()
     if a.json:
         print(json.dumps(result, indent=2))
     else:
         print(format_table(result))
-    for e in result["errors"]:
-        print(f"spectrum-rft bench90: row error: {e}", file=sys.stderr)
-    return 1 if result["errors"] else 0
+    return 1 if result["errors"] or result.get("failed") else 0
 
 
 if __name__ == "__main__":

@@ -34,8 +34,11 @@ When a run goes wrong:
   (``extra["spectrum_rollout"]["model_failure"]["cause"]`` when the rollout processor recorded it, else
   classified from the error row's status message: eval-protocol's own errors), and a fault summary (the
   most frequent environment fault kinds, scans skipped of all scans; totals in ``summary.json``). A model
-  whose every row errored, or whose every scan was skipped, fails the run (exit 1) with one line naming
-  the cause and the log; more than half of a model's scans skipped is a WARNING.
+  whose every row errored, whose every scan was skipped, or whose scans were mostly skipped because its
+  requests failed (:func:`spectrum_rft.rollouts.failures.no_result`) has no result: one line naming the cause
+  and the log comes before the table, its row says FAILED with no figure, ``summary.json`` has ``failed`` and
+  no metric or curve, the plot leaves it out, and the run exits 1; more than half of a model's scans skipped
+  is a WARNING.
 * **Stopped runs** (``--timeout``, Ctrl-C, SIGTERM, SIGHUP, a watchdog of :func:`run_eval`): the child's
   process group is stopped and every row that finished is kept: rows.jsonl and summary.json are written
   (``stopped``, ``signal``, ``cut_off``, per model ``rows_unfinished``). eval-protocol persists an item's

@@ -389,10 +389,11 @@ def _first_line(text: Any, n: int = 400) -> str:
 
 
 def report(summary: dict[str, Any], *, as_json: bool = False) -> int:
-    """Print a run's results (the table and the fault summary, or JSON) on stdout and what went wrong on
-    stderr; return the exit status: 0, 1 (a model errored on every row, skipped every scan, or came back
-    incomplete; the run was stopped by the timeout or a watchdog), 130 (Ctrl-C: one line, no table), 143 or
-    129 (SIGTERM or SIGHUP: the same line, naming the signal)."""
+    """Print what went wrong on stderr first, then a run's results (the table and the fault summary, or JSON)
+    on stdout; return the exit status: 0, 1 (a model failed: it errored on every row, skipped every scan, had
+    most scans skipped because its requests failed, or came back incomplete; the run was stopped by the
+    timeout or a watchdog), 130 (Ctrl-C: one line, no table), 143 or 129 (SIGTERM or SIGHUP: the same line,
+    naming the signal). A failed model's row of the table says FAILED, with no figure."""
     models, displays = summary["models"], summary["displays"]
     out, log = summary["out"], summary.get("log") or str(Path(summary["out"]) / "pytest.log")
     stopped = summary.get("stopped")
@@ -404,35 +405,15 @@ def report(summary: dict[str, Any], *, as_json: bool = False) -> int:
               f"had finished and are kept in {out} (rows.jsonl, summary.json); the same command with --resume "
               "runs the rest", file=sys.stderr)
         return 128 + int(getattr(signal.Signals, sig)) if sig in STOP_SIGNALS else 130
-    if as_json:
-        keys = (*METRICS, "privileged", "rows_errored", "error_cause", "rows_unfinished", "scans_skipped_total",
-                "scans_total", "faults")
-        print(json.dumps({"rows": summary["rows"], "path": summary["path"],
-                          "models": {k: {m: v.get(m) for m in keys} for k, v in models.items()},
-                          "plot": summary["plot"], "stopped": stopped}))
-    else:
-        print(format_table(models, displays))
-        print()
-        print(format_fault_summary(models, displays))
-        print(f"\n{summary['rows']} rows per model through the {summary['path']} path (preset {summary['preset']}, "
-              f"memory {summary['memory_mode']}, reward {summary['reward']}) in {summary['wall_s']:.1f} s")
-        if any(v["privileged"] for v in models.values()):
-            print("privileged: the oracle reads the hidden truth (an upper bound, not a model)")
-        print(f"plot: {summary['plot']}\nrows, summary, logs: {out}")
-    sys.stdout.flush()
-    lines = skip_warnings(models, displays)
+    lines: list[str] = []
     failed = set(summary.get("missing") or ())
     for name, v in models.items():
         disp = displays.get(name, name)
         n, k = v["rows"], v["rows_errored"]
-        if k:
-            if k == n:
-                lines.append(f"spectrum-rft eval: {disp}: every rollout errored ({k}/{n}), cause: {v['error_cause']}: "
-                             f"{_first_line(v['first_error'])} (log: {log})")
-                failed.add(name)
-            else:
-                lines.append(f"spectrum-rft eval: {disp}: {k}/{n} rollouts errored (scored 0), mostly "
-                             f"{v['error_cause']}: {_first_line(v['first_error'])} (log: {log})")
+        if k and k == n:
+            lines.append(f"spectrum-rft eval: {disp}: every rollout errored ({k}/{n}), cause: "
+                         f"{v['error_cause']}: {_first_line(v['first_error'])} (log: {log})")
+            failed.add(name)
         elif v.get("scans_total") and v["scans_skipped_total"] == v["scans_total"]:
             why = f"model requests failed: {v['llm_failure_cause']}" if v.get("llm_failure_cause") else \
                 "no valid report within the call budget"
@@ -440,6 +421,15 @@ def report(summary: dict[str, Any], *, as_json: bool = False) -> int:
                          f"({v['scans_skipped_total']}/{v['scans_total']}; {why}): nothing the model did was scored "
                          f"(log: {log})")
             failed.add(name)
+        elif v.get("failed"):  # most scans skipped because its requests failed
+            first = f": {_first_line(v['first_error'])}" if v.get("first_error") else ""
+            lines.append(f"spectrum-rft eval: {disp}: {v['failed']}{first}: no result, its figures would be "
+                         f"empty reports' (log: {log})")
+            failed.add(name)
+        if k and k != n:
+            lines.append(f"spectrum-rft eval: {disp}: {k}/{n} rollouts errored (scored 0), mostly "
+                         f"{v['error_cause']}: {_first_line(v['first_error'])} (log: {log})")
+    lines += skip_warnings(models, displays)
     cut = ", ".join(f"{displays.get(k, k)} ({models[k]['rows']}/{summary['rows']} rows finished)"
                     for k in summary.get("cut_off") or ()) or "no model"
     kept = (f"finished rows kept in {Path(out) / 'rows.jsonl'} and summary.json (log: {log}); the same command "
@@ -452,8 +442,27 @@ def report(summary: dict[str, Any], *, as_json: bool = False) -> int:
         lines.append(f"spectrum-rft eval: aborted run: cut off: {cut}; {kept}")
     elif summary.get("missing"):
         lines.append(f"spectrum-rft eval: incomplete results for {', '.join(summary['missing'])} (see {log})")
-    for line in lines:
+    for line in lines:  # first: what went wrong is read before any table
         print(line, file=sys.stderr)
+    sys.stderr.flush()
+    if as_json:
+        keys = (*METRICS, "privileged", "failed", "rows_errored", "error_cause", "rows_unfinished",
+                "scans_skipped_total", "scans_total", "faults")
+        print(json.dumps({"rows": summary["rows"], "path": summary["path"],
+                          "models": {k: {m: v.get(m) for m in keys} for k, v in models.items()},
+                          "plot": summary["plot"], "stopped": stopped}))
+    else:
+        print(format_table(models, displays))
+        print()
+        print(format_fault_summary(models, displays))
+        print(f"\n{summary['rows']} rows per model through the {summary['path']} path (preset {summary['preset']}, "
+              f"memory {summary['memory_mode']}, reward {summary['reward']}) in {summary['wall_s']:.1f} s")
+        if any(v["privileged"] for v in models.values()):
+            print("privileged: the oracle reads the hidden truth (an upper bound, not a model)")
+        if failed & set(models):
+            print(f"FAILED (no result, see above): {', '.join(displays.get(k, k) for k in models if k in failed)}")
+        print(f"plot: {summary['plot'] or 'none (no model has a result)'}\nrows, summary, logs: {out}")
+    sys.stdout.flush()
     return 1 if failed or stopped else 0
 
 

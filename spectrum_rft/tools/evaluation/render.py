@@ -19,7 +19,8 @@ def _fmt(v: Any) -> str:
 
 def format_table(models: dict[str, dict[str, Any]], displays: dict[str, str] | None = None) -> str:
     """The metrics table: one line per model; ``rows`` is ``finished/asked`` when some never finished,
-    ``cause`` the dominant cause of the model's errored rows."""
+    ``cause`` the dominant cause of the model's errored rows. A model whose numbers are no result (its summary's
+    ``failed``) shows ``FAILED`` and no figure: never an empty report's score."""
     displays = displays or {}
     names = [displays.get(k, k) for k in models]
     w = max([len("model"), *map(len, names)])
@@ -33,7 +34,8 @@ def format_table(models: dict[str, dict[str, Any]], displays: dict[str, str] | N
         rows = str(m.get("rows", "-"))
         if m.get("rows_unfinished"):
             rows = f"{m['rows']}/{m['rows'] + m['rows_unfinished']}"
-        cells = [_fmt(m.get(c)) for c in METRICS] + [rows, str(m.get("rows_errored", "-"))]
+        figures = ["FAILED", *["-"] * (len(METRICS) - 1)] if m.get("failed") else [_fmt(m.get(c)) for c in METRICS]
+        cells = figures + [rows, str(m.get("rows_errored", "-"))]
         lines.append((f"{disp:<{w}}  " + "  ".join(f"{c:>14}" for c in cells) + f"  {cause:<{cw}}").rstrip())
     return "\n".join(lines)
 
@@ -69,6 +71,8 @@ def skip_warnings(models: dict[str, dict[str, Any]], displays: dict[str, str] | 
         k, n = m.get("scans_skipped_total", 0), m.get("scans_total", 0)
         if m.get("rows") and m.get("rows_errored") == m.get("rows"):
             continue  # every rollout errored: said on its own line, with the cause
+        if m.get("failed") and n and m.get("scans_skipped_model", 0) / n > SKIP_WARN_FRACTION:
+            continue  # skipped because its requests failed: the model failed, said on its own line
         if n and k / n > SKIP_WARN_FRACTION:
             why = f" (model requests failed: {m['llm_failure_cause']})" if m.get("llm_failure_cause") else ""
             out.append(f"WARNING: {displays.get(key, key)}: {k}/{n} scans skipped ({_pct(k, n)}){why}: its score "

@@ -7,7 +7,8 @@ import re
 from typing import Any, Sequence
 
 from spectrum_rft.common.stats import standard_error
-from spectrum_rft.rollouts.failures import CAUSE_OF_FAULT, FAILURE_CAUSES, MALFORMED_REPLY_TEXT, MODEL_FAILURE
+from spectrum_rft.rollouts.failures import (CAUSE_OF_FAULT, FAILURE_CAUSES, MALFORMED_REPLY_TEXT, MODEL_FAILURE,
+                                            SKIP_MODEL_FAILURE, no_result)
 from spectrum_rft.task.reward import is_finite_number
 
 METRICS = ("score", "mean_occ", "mean_avail", "memory_gain", "dormant_recall", "scans_skipped")
@@ -146,7 +147,9 @@ def fault_group(kind: str) -> str:
 
 def summarize(rows: Sequence[dict]) -> dict[str, Any]:
     """Means over rows of the table's metrics, the mean per-scan reward curve, error counts and causes,
-    fault totals and skipped scans."""
+    fault totals and skipped scans. A model whose numbers are no result (:func:`~spectrum_rft.rollouts.failures.
+    no_result`: it never answered, or most of its scans were skipped because its requests failed) has
+    ``failed`` (the reason) and no metric and no curve: they would be empty reports' scores."""
     out: dict[str, Any] = {}
     for name in METRICS:
         vals = [v for v in (row_metric(r, name) for r in rows) if v is not None]
@@ -182,4 +185,10 @@ def summarize(rows: Sequence[dict]) -> dict[str, Any]:
     scans = [x for x in (row_scans(r) for r in rows) if x is not None]
     out["scans_skipped_total"] = sum(k for k, _ in scans)
     out["scans_total"] = sum(n for _, n in scans)
+    out["scans_skipped_model"] = faults.get("skip_" + SKIP_MODEL_FAILURE, 0)
+    out["failed"] = no_result(out["rows"], out["rows_errored"], scans=out["scans_total"],
+                              skipped=out["scans_skipped_total"], skipped_by_model=out["scans_skipped_model"],
+                              cause=out["error_cause"] or out["llm_failure_cause"])
+    if out["failed"]:
+        out.update({name: None for name in METRICS}, per_scan_reward=[], per_scan_reward_se=[])
     return out

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any, Sequence
 
 from spectrum_rft.common.stats import first_last, linear_fit, mean, standard_error
+from spectrum_rft.rollouts.failures import no_result
 
 from .checks import check_freshness, check_integrity
 from .load import Loaded, dedupe, split_by_model
@@ -53,7 +54,29 @@ def _ts(s: str | None) -> float:
         return 0.0
 
 
+def run_failure(rollouts: Sequence[Rollout]) -> str | None:
+    """Why a run's numbers are no result (:func:`~spectrum_rft.rollouts.failures.no_result`: every rollout
+    errored, or most scans were skipped because the model's requests failed), or None."""
+    causes = [r.cause for r in rollouts if r.cause]
+    return no_result(len(rollouts), sum(r.errored for r in rollouts), scans=sum(r.scans for r in rollouts),
+                     skipped=sum(r.skipped for r in rollouts),
+                     skipped_by_model=sum(r.skipped_by_model for r in rollouts),
+                     cause=max(causes, key=causes.count) if causes else None)
+
+
 def analyze_run(name: str, rollouts: Sequence[Rollout], group_by: str) -> dict:
+    """A run's per-epoch means, trends, halves and checks; a failed run (:func:`run_failure`) has ``failed`` and
+    no figure (empty reports' scores are no result)."""
+    failed = run_failure(rollouts)
+    if failed:
+        axis = {"epoch": "epoch", "input": "input", "run-id": "run"}.get(group_by, "bucket")
+        return {"run": name, "axis": axis, "rollouts": len(rollouts), "failed": failed,
+                "overall": {m: None for m in METRICS}, "rows": len({r.row_id for r in rollouts}),
+                "errored": sum(r.errored for r in rollouts),
+                "memory_mode": ",".join(sorted({r.memory_mode or "?" for r in rollouts})),
+                "prompt": ",".join(sorted({r.prompt or "?" for r in rollouts})), "per_epoch": [],
+                "halves": {"early": [], "late": [], "metrics": {}}, "trend": {m: None for m in METRICS},
+                "checks": check_integrity(rollouts)}
     points = assign_x(rollouts, group_by)
     axis = {"epoch": "epoch", "input": "input", "run-id": "run"}.get(group_by, "bucket")
     groups: dict[int, list[Rollout]] = {}
@@ -90,7 +113,7 @@ def analyze_run(name: str, rollouts: Sequence[Rollout], group_by: str) -> dict:
         "run": name, "axis": axis, "rollouts": len(rollouts), "overall": overall, "rows": len({r.row_id for r in rollouts}),
         "errored": sum(r.errored for r in rollouts), "memory_mode": ",".join(modes), "prompt": ",".join(prompts),
         "per_epoch": per, "halves": {"early": xs[:h], "late": xs[-h:] if h else [], "metrics": halves},
-        "trend": trend, "checks": checks,
+        "trend": trend, "checks": checks, "failed": None,
     }
 
 
@@ -156,8 +179,14 @@ def build_report(runs: dict[str, Loaded], group_by: str, control: str | None, no
         analyzed[name] = analyze_run(name, ld.rollouts, group_by)
         rows[name] = ld.rollouts
     report: dict[str, Any] = {"group_by": group_by, "notes": notes, "runs": list(analyzed.values())}
-    report["comparisons"] = [compare(analyzed[t], analyzed[c], rows[t], rows[c])
-                             for t, c in pick_pairs(analyzed, control)]
+    pairs = pick_pairs(analyzed, control)
+    for t, c in pairs:
+        for name in {t, c}:
+            if analyzed[name]["failed"]:
+                notes.append(f"run {name} FAILED: not compared")
+    report["comparisons"] = [compare(analyzed[t], analyzed[c], rows[t], rows[c]) for t, c in pairs
+                             if not (analyzed[t]["failed"] or analyzed[c]["failed"])]
+    report["failed"] = {name: a["failed"] for name, a in analyzed.items() if a["failed"]}
     report["skipped"] = {"incomplete": sum(ld.incomplete for ld in runs.values()),
                          "malformed": sum(len(ld.errors) for ld in runs.values()),
                          "duplicates": sum(ld.duplicates for ld in runs.values())}

@@ -18,8 +18,11 @@ The x-axis (``--group-by``): ``epoch`` (default) = the dataset epoch in the row'
 eval per checkpoint); ``run-id`` = eval-protocol's ``execution_metadata.run_id`` in order of first row;
 ``order:K`` = K equal buckets of rows by ``created_at`` (a training-time proxy).
 
+A run whose rollouts all errored, or whose scans were mostly skipped because the model's requests failed
+(a dead endpoint), is shown as FAILED, first, with no figure: its numbers would be empty reports' scores.
+
 Exit status: 0 report written, 2 unusable input (every problem listed as FILE:LINE: reason),
-1 with ``--fail-on-check`` when an integrity or freshness check fails.
+1 when a run FAILED, or with ``--fail-on-check`` when an integrity or freshness check fails.
 """
 
 from __future__ import annotations
@@ -80,13 +83,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"spectrum-rft report: {e}", file=sys.stderr)
         return 2
     png = a.png if a.png is not None else str(default_png(a.inputs))
-    if png:
+    if png and any(not r["failed"] for r in report["runs"]):  # no figure of runs that are no result
         report["png"] = plot_png(report, png)
     if a.json:
+        for name, why in report["failed"].items():
+            print(f"spectrum-rft report: run {name}: FAILED: {why}: no result", file=sys.stderr)
         print(json.dumps(report, indent=2, allow_nan=False))
     else:
-        print(format_text(report))
-    return 1 if (a.fail_on_check and not report["checks_ok"]) else 0
+        print(format_text(report))  # a failed run's line comes first
+    return 1 if report["failed"] or (a.fail_on_check and not report["checks_ok"]) else 0
 
 
 if __name__ == "__main__":

@@ -15,11 +15,20 @@ def _f(v: float | None, fmt: str = ".3f", signed: bool = False) -> str:
 
 
 def format_text(report: dict) -> str:
-    out: list[str] = []
+    """The report as text; a failed run (no result) is named first and shows FAILED, never a figure."""
+    out: list[str] = [f"FAILED: run {name}: {why}: no result (its figures would be empty reports')"
+                      for name, why in (report.get("failed") or {}).items()]
     for note in report["notes"]:
         out.append(f"note: {note}")
     for run in report["runs"]:
         axis = run["axis"]
+        if run.get("failed"):
+            out.append(f"run {run['run']}: {run['rollouts']} rollouts of {run['rows']} rows: FAILED ({run['failed']}); "
+                       "no figure")
+            for c in run["checks"]:
+                out.append(f"  {c['name']}: {'PASS' if c['ok'] else 'FAIL'} ({c['detail']})")
+            out.append("")
+            continue
         out.append(f"run {run['run']}: {run['rollouts']} rollouts of {run['rows']} rows in {len(run['per_epoch'])} "
                    f"{axis}s (prompt={run['prompt']}, memory_mode={run['memory_mode']}"
                    + (f", {run['errored']} errored rollouts" if run["errored"] else "") + ")")

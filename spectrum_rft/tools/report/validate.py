@@ -7,6 +7,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from spectrum_rft.rollouts.failures import SKIP_MODEL_FAILURE
+from spectrum_rft.tools.evaluation.summary import error_cause
+
 METRICS = ("score", "memory_gain", "dormant_recall", "carry_rate")
 OPTIONAL_METRICS = METRICS[1:]
 STATUS_INTERNAL = 13  # eval-protocol Status.Code.INTERNAL: a failed rollout
@@ -45,6 +48,10 @@ class Rollout:
     memory_mode: str | None
     errored: bool
     model: str | None = None  # input_metadata.completion_params.model
+    cause: str | None = None  # an errored rollout's cause (spectrum_rft.rollouts.failures.FAILURE_CAUSES)
+    scans: int = 0  # the env's record: scans of the episode (0: no record) ...
+    skipped: int = 0  # ... skipped (scored as empty reports) ...
+    skipped_by_model: int = 0  # ... of which because every model request failed
 
 
 def finite(x: Any) -> bool:
@@ -153,13 +160,30 @@ def parse_row(obj: Any, where: str, run: str = "run", input_index: int = 0, seq:
     model = cp.get("model") if isinstance(cp, dict) and isinstance(cp.get("model"), str) else None
     created = obj.get("created_at")
     prompt, mode = ctx.get("prompt"), ctx.get("memory_mode")
+    errored = status.get("code") == STATUS_INTERNAL
+    scans, skipped, by_model = _scan_counts(spectrum)
     return Rollout(
         where=where, run=run, input_index=input_index, seq=seq, row_id=row_id, epoch=epoch,
         created_at=created if isinstance(created, str) else None, score=float(score),
         values={m: _metric_value(m, spectrum, metrics, where) for m in OPTIONAL_METRICS},
         fingerprint=_fingerprint(spectrum, metrics, where),
         prompt=prompt if isinstance(prompt, str) else None, memory_mode=mode if isinstance(mode, str) else None,
-        errored=status.get("code") == STATUS_INTERNAL, model=model, **ids)
+        errored=errored, model=model, cause=error_cause(obj) if errored else None, scans=scans, skipped=skipped,
+        skipped_by_model=by_model, **ids)
+
+
+def _count(v: Any) -> int:
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 else 0
+
+
+def _scan_counts(spectrum: dict | None) -> tuple[int, int, int]:
+    """(scans, skipped, skipped because the model's requests failed) of the env's record; zeros without one."""
+    if not spectrum:
+        return 0, 0, 0
+    faults = spectrum.get("faults") if isinstance(spectrum.get("faults"), dict) else {}
+    per_scan = spectrum.get("per_scan_reward")
+    n = _count(spectrum.get("n_scans")) or (len(per_scan) if isinstance(per_scan, list) else 0)
+    return n, min(n, _count(spectrum.get("scans_skipped"))), min(n, _count(faults.get("skip_" + SKIP_MODEL_FAILURE)))
 
 
 def parse_trl_rollout(obj: Any, where: str, run: str, input_index: int, seq: int, config: dict) -> Rollout:
