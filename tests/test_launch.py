@@ -394,6 +394,50 @@ def test_missing_credentials_is_a_clear_error(project, tmp_path, monkeypatch, ca
     assert "FIREWORKS_API_KEY is not set" in capsys.readouterr().err
 
 
+def test_a_launch_names_every_missing_credential_at_once(project, tmp_path, monkeypatch, capsys):
+    """Neither variable set: one line naming both (once it named the account id, and the key on the next try)."""
+    monkeypatch.delenv("FIREWORKS_API_KEY", raising=False)
+    monkeypatch.delenv("FIREWORKS_ACCOUNT_ID", raising=False)
+    rc = main(["--arm", "icl", "--project-dir", str(project), "--dataset-out", str(tmp_path / "d.jsonl")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1, err
+    assert "FIREWORKS_API_KEY and FIREWORKS_ACCOUNT_ID are not set" in err
+    assert not (tmp_path / "d.jsonl").exists()
+
+
+@pytest.mark.parametrize("name", ["qwen3-1p7b", "fireworks/qwen3-1p7b", "models/qwen3-1p7b"])
+def test_a_base_model_without_its_account_path_is_refused_in_one_line(project, tmp_path, env, capsys, name):
+    """Refused, not normalised (a bare name may be the catalogue's or the account's own model)."""
+    rc = main(["--arm", "icl", "--project-dir", str(project), "--dry-run", "--base-model", name])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1, err
+    assert f"--base-model {name!r}" in err and "accounts/fireworks/models/qwen3-1p7b" in err
+
+
+def test_dry_runs_and_failed_launches_leave_no_dataset_file_unless_kept(project, tmp_path, env, monkeypatch, capsys):
+    """Without --keep the dataset lives in a temporary folder for the command's time: a dry run and a launch that
+    fails at the API leave nothing in the working folder (out/launch/) nor in the temp folder; --keep writes it."""
+    import tempfile
+
+    work, temp = tmp_path / "work", tmp_path / "temp"
+    work.mkdir()
+    temp.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    base = ["--arm", "icl", "--rows", "2", "--epochs", "1", "--tag", "k1", "--project-dir", str(project)]
+    assert main([*base, "--dry-run"]) == 0
+    assert "--keep writes out/launch/spectrum-icl-k1.jsonl" in capsys.readouterr().err
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # nothing listens there once closed
+    assert main([*base, "--base-url", f"http://127.0.0.1:{port}"]) == 1
+    capsys.readouterr()
+    assert list(work.rglob("*")) == [] and list(temp.rglob("*")) == []
+    assert main([*base, "--dry-run", "--keep"]) == 0
+    kept = work / "out" / "launch" / "spectrum-icl-k1.jsonl"
+    assert kept.is_file() and len(kept.read_text().splitlines()) == 2
+
+
 def test_arms_differ_only_in_prompt_and_memory_mode(project, tmp_path, env):
     """One command per arm, everything else equal: same row ids, same seeds (paired bands), same job."""
     plans = {}

@@ -423,7 +423,9 @@ def test_a_rejected_configuration_is_an_error_row_with_a_zero_score(llm, status)
 def test_a_missing_api_key_is_an_error_row_not_twelve_skipped_scans(llm, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY")
     (row,) = run(rows(), llm.completion_params())
-    assert row.rollout_status.is_error() and "Missing credentials" in row.rollout_status.message
+    message = row.rollout_status.message
+    assert row.rollout_status.is_error() and message.startswith("model never produced a usable reply: missing API key")
+    assert "set OPENAI_API_KEY" in message  # named plainly (litellm's "Missing credentials" is a 500)
     assert evaluate_row(row).evaluation_result.score == 0.0
 
 

@@ -12,16 +12,18 @@ from __future__ import annotations
 MODEL_FAILURE = "model never produced a usable reply"
 # Every cause, in the order reports list them; "error" is the catch-all.
 FAILURE_CAUSES = ("connection refused", "http 5xx", "timeout", "rate limited", "empty reply", "malformed reply",
-                  "bad request", "error")
+                  "missing API key", "bad request", "error")
 # The env fault kind the loop records for a failed request of each cause, and back.
 FAULT_OF_CAUSE: dict[str, str] = {
     "connection refused": "llm_connection", "http 5xx": "llm_5xx", "timeout": "llm_timeout",
     "rate limited": "llm_rate_limited", "empty reply": "llm_empty_choices", "malformed reply": "llm_malformed_reply",
-    "bad request": "llm_bad_request", "error": "llm_error"}
+    "missing API key": "llm_missing_key", "bad request": "llm_bad_request", "error": "llm_error"}
 # litellm's words for an HTTP 200 whose body it could not read as a chat completion (``tool_calls`` a string, a
 # message that is not an object): it raises them as an HTTP 500, which no server sent
 MALFORMED_REPLY_TEXT = "Invalid response object"
 CAUSE_OF_FAULT: dict[str, str] = {fault: cause for cause, fault in FAULT_OF_CAUSE.items()}
+# litellm's and the OpenAI client's words for a request made with no API key (no request was sent): a regex
+MISSING_KEY_TEXT = r"Missing credentials|api_key client option must be set|no api key|api key is missing|_API_KEY is not set"
 
 # The env's reason for a scan skipped because every request of the model failed (its fault kind: ``skip_`` + it).
 SKIP_MODEL_FAILURE = "llm_failure"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
@@ -23,7 +24,7 @@ import httpx
 import openai
 
 from spectrum_rft.rollouts.failures import (FAILURE_CAUSES, FAULT_OF_CAUSE, MALFORMED_REPLY_TEXT,  # noqa: F401
-                                            MODEL_FAILURE)
+                                            MISSING_KEY_TEXT, MODEL_FAILURE)
 from spectrum_rft.task.actions import is_unparseable
 
 # HTTP statuses that say "this request will never work": configuration, not a passing fault.
@@ -51,8 +52,23 @@ def is_config_error(exc: BaseException) -> bool:
         return True
     if isinstance(exc, (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError)):
         return True
-    text = str(exc)
-    return "Missing credentials" in text or "api_key client option must be set" in text
+    return missing_key(exc) is not None
+
+
+_MISSING_KEY = re.compile(MISSING_KEY_TEXT, re.I)
+_KEY_VARIABLE = re.compile(r"\b([A-Z][A-Z0-9_]*_API_KEY)\b")
+
+
+def missing_key(exc: BaseException) -> str | None:
+    """When a request failed for want of an API key (litellm and the OpenAI client raise before sending
+    anything): one plain line naming the variable to set (the one the error names, else a generic one); else
+    None."""
+    text = " ".join(str(e) for e in _chain(exc))
+    if not _MISSING_KEY.search(text):
+        return None
+    var = _KEY_VARIABLE.search(text)
+    where = f"set {var.group(1)}" if var else "set the provider's API key variable (OPENAI_API_KEY for openai/...)"
+    return f"no API key for the model: {where} in the environment, or pass --param api_key=... (nothing was sent)"
 
 
 def failure_cause(exc: BaseException) -> str:
@@ -67,6 +83,8 @@ def failure_cause(exc: BaseException) -> str:
         return "timeout"
     if any(MALFORMED_REPLY_TEXT in str(e) for e in chain):
         return "malformed reply"  # before the 5xx litellm dresses it as
+    if missing_key(exc):
+        return "missing API key"  # litellm words it as a 500 or an AuthenticationError
     if is_config_error(exc):
         return "bad request"
     if any(isinstance(e, (openai.APIConnectionError, httpx.TransportError, ValueError)) for e in chain):
@@ -82,7 +100,11 @@ def failure_cause(exc: BaseException) -> str:
 
 
 def failure_detail(exc: BaseException, limit: int = 300) -> str:
-    """A short, single-line description of a failed request (its type, HTTP status, text)."""
+    """A short, single-line description of a failed request (its type, HTTP status, text); a missing API key
+    is said plainly (:func:`missing_key`)."""
+    plain = missing_key(exc)
+    if plain:
+        return plain
     status = getattr(exc, "status_code", None)
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}{f' (HTTP {status})' if isinstance(status, int) else ''}: {text}"[:limit]
@@ -200,7 +222,8 @@ class ModelCaller:
                     ep.record_fault("llm_context_window")
                     return None  # the same request will overflow again
                 if is_config_error(e) or (status in _BAD_REQUEST_STATUS and stats.ok_calls == 0):
-                    stats.cause = "bad request"
+                    if stats.cause != "missing API key":
+                        stats.cause = "bad request"
                     raise RolloutConfigError(f"model request rejected (HTTP {status}): {str(e)[:300]}") from e
                 if status in _BAD_REQUEST_STATUS:
                     ep.record_fault("llm_bad_request")

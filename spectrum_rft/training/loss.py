@@ -40,7 +40,8 @@ import math
 
 import torch
 
-LOSSES: tuple[str, ...] = ("pg", "tis", "mis", "is")  # "is" (w = r) is the identity check: centring is a no-op
+from spectrum_rft.training.sc_options import LOSSES  # noqa: F401  (the names, defined where no torch is needed)
+
 WEIGHTS: tuple[str, ...] = ("pg", "is", "tis", "mis")
 TIS_CAP = 2.0
 MIS_RANGE = (0.5, 5.0)

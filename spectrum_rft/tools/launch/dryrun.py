@@ -31,8 +31,11 @@ def describe_request(step: str, req: Any, plan: Plan, secrets: list[str]) -> dic
         d["body"] = {k: plan.source[k] for k in ("tarball", "bytes", "sha256")}
         d["body"]["files"] = len(plan.source["files"])
     elif ctype.startswith("multipart/"):
-        data = plan.dataset_path.read_bytes()
-        d["multipart"] = {"file": {"filename": plan.dataset_path.name, "local_path": str(plan.dataset_path),
+        data = plan.dataset_on_disk.read_bytes()
+        kept = plan.dataset_on_disk == plan.dataset_path
+        d["multipart"] = {"file": {"filename": plan.dataset_path.name,
+                                   "local_path": str(plan.dataset_path) if kept else f"(not kept; --keep writes "
+                                                                                     f"{plan.dataset_path})",
                                    "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
                                    "rows": plan.dataset_rows}}
     elif body:

@@ -44,7 +44,7 @@ def _dataset(plan: Plan, client: Any, out: Outcome, enter: Callable[[str], None]
         "example_count": str(plan.dataset_rows)})
     out.created.append({"kind": "dataset", "name": plan.dataset_name, "detail": "created, file not uploaded"})
     enter("dataset.upload")
-    client.datasets.upload(plan.dataset_id, file=(plan.dataset_path.name, plan.dataset_path.read_bytes(),
+    client.datasets.upload(plan.dataset_id, file=(plan.dataset_path.name, plan.dataset_on_disk.read_bytes(),
                                                   "application/jsonl"))
     out.created[-1]["detail"] = f"{plan.dataset_rows} rows uploaded"
 

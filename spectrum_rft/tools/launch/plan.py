@@ -47,6 +47,12 @@ class Plan:
     dataset: list[dict] = field(default_factory=list)  # EvaluationRow JSON, written by write_dataset
     source: dict[str, Any] = field(default_factory=dict)  # tarball: name, bytes, sha256, files
     tarball: bytes = b""
+    dataset_file: Path | None = None  # where write_dataset put the rows (a temporary file unless kept)
+
+    @property
+    def dataset_on_disk(self) -> Path:
+        """The file the dataset step uploads: where :func:`write_dataset` wrote it."""
+        return self.dataset_file or self.dataset_path
 
     @property
     def dataset_name(self) -> str:
@@ -67,16 +73,34 @@ def resolve_entry(name: str) -> str:
     return name
 
 
+CREDENTIAL_VARIABLES = ("FIREWORKS_API_KEY", "FIREWORKS_ACCOUNT_ID")  # a real launch needs both
+
+
 def _account(o: LaunchOptions, env: Mapping[str, str], notes: list[str]) -> str:
+    """The account id; a real launch missing any credential variable is refused naming every one missing."""
+    missing = [k for k in CREDENTIAL_VARIABLES if not env.get(k, "").strip()]
+    if missing and not o.dry_run:
+        raise LaunchError(f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set (credentials "
+                          "come only from the environment; --dry-run needs neither)")
     account = env.get("FIREWORKS_ACCOUNT_ID", "").strip()
     if not account:
-        if not o.dry_run:
-            raise LaunchError("FIREWORKS_ACCOUNT_ID is not set (credentials come only from the environment)")
         account = DRY_RUN_ACCOUNT
         notes.append(f"FIREWORKS_ACCOUNT_ID is not set: paths show the placeholder {DRY_RUN_ACCOUNT!r}")
-    if not o.dry_run and not env.get("FIREWORKS_API_KEY", "").strip():
-        raise LaunchError("FIREWORKS_API_KEY is not set (credentials come only from the environment)")
     return account
+
+
+BASE_MODEL = re.compile(r"accounts/[A-Za-z0-9][A-Za-z0-9_.-]*/models/[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def check_base_model(name: str) -> str:
+    """A base model is a Fireworks resource name, ``accounts/<account>/models/<model>``: anything else is refused
+    in one line (never normalised: a bare name may mean the fireworks catalogue or your own account's model),
+    with the catalogue's name when the bare name looks like one."""
+    if BASE_MODEL.fullmatch(name):
+        return name
+    bare = name.rsplit("/", 1)[-1]
+    hint = f" (the Fireworks catalogue's: --base-model accounts/fireworks/models/{bare})" if bare else ""
+    raise LaunchError(f"--base-model {name!r}: expected a Fireworks model name accounts/<account>/models/<model>{hint}")
 
 
 def _check_project(o: LaunchOptions, entry: str, project_dir: Path, notes: list[str]) -> None:
@@ -118,7 +142,7 @@ def _epochs(o: LaunchOptions, notes: list[str]) -> tuple[int, int]:
 def job_kwargs(o: LaunchOptions, arm: Arm, tag: str, stem: str, train_epochs: int, env: Mapping[str, str],
                notes: list[str]) -> dict[str, Any]:
     """The ``reinforcement_fine_tuning_jobs.create`` arguments (less dataset and evaluator)."""
-    training = {"base_model": o.base_model, "epochs": train_epochs, "learning_rate": o.learning_rate,
+    training = {"base_model": check_base_model(o.base_model), "epochs": train_epochs, "learning_rate": o.learning_rate,
                 "output_model": resource_id(o.output_model or stem)}
     for k in ("lora_rank", "max_context_length", "batch_size"):
         if getattr(o, k) is not None:
@@ -168,6 +192,7 @@ def build_plan(o: LaunchOptions, env: Mapping[str, str] | None = None) -> Plan:
     arm = ARMS[o.arm]
     if arm.memory_mode not in MEMORY_MODES:
         raise LaunchError(f"arm {arm.name}: memory mode {arm.memory_mode!r} is not supported by this checkout")
+    check_base_model(o.base_model)  # before the rows are drawn: one line, no work
     notes: list[str] = []
     account = _account(o, env, notes)
     base_url = (o.base_url or env.get("FIREWORKS_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
@@ -225,9 +250,13 @@ def _check_source(o: LaunchOptions, entry: str, source: dict[str, Any], notes: l
                      f"them to upload): {shown}")
 
 
-def write_dataset(plan: Plan) -> Path | None:
-    """Write the plan's dataset rows to ``plan.dataset_path`` (what the dataset step uploads); None when the
-    plan reuses an uploaded dataset."""
+def write_dataset(plan: Plan, folder: Path | None = None) -> Path | None:
+    """Write the plan's dataset rows (what the dataset step uploads) to ``plan.dataset_path``, or into ``folder``
+    under the same name (a temporary folder: the launch keeps nothing unless asked); None when the plan reuses
+    an uploaded dataset."""
     from spectrum_rft.rollouts.dataset import write_jsonl  # noqa: PLC0415
 
-    return None if plan.reuse_dataset else write_jsonl(plan.dataset, plan.dataset_path)
+    if plan.reuse_dataset:
+        return None
+    plan.dataset_file = write_jsonl(plan.dataset, plan.dataset_path if folder is None else folder / plan.dataset_path.name)
+    return plan.dataset_file

@@ -49,23 +49,23 @@ class CardConfig(GrpoRunConfig):
 
     out: str = "runs/card"
     data: str = ""  # a local GSM8K folder (train.jsonl, test.jsonl); "": Hugging Face openai/gsm8k, main
-    preset: str = "card"
+    preset: str = "card"  # card: the design card's settings (the defaults here)
     steps: int = 100
     prompts: int = 32  # P: problems (groups) per step
     group: int = 8  # G: completions per problem
-    max_tokens: int = 512
+    max_tokens: int = 512  # tokens per completion
     lora_rank: int = 32
     lora_alpha: int = 32
-    weight_decay: float = 0.0
+    weight_decay: float = 0.0  # AdamW weight decay (the card: none)
     max_grad_norm: float = 0.0  # 0: no clipping (the card); the norm is logged either way
     loss: str = "pg"  # pg | tis | mis | is
-    score_centering: bool = False
+    score_centering: bool = False  # the score-centred arm (without: the card's plain GRPO arm)
     topk: int = 0  # 0: full-vocabulary form; K: top-k form over the sampler's head
     sampler: str = "learner"  # learner (q = p) | bfloat16 (a lower-precision q: a real mismatch)
-    eval_every: int = 10
-    eval_n: int = 500
+    eval_every: int = 10  # a greedy evaluation every N steps
+    eval_n: int = 500  # GSM8K test problems per evaluation (the first N)
     eval_max_tokens: int = 0  # 0: max_tokens
-    eval_at_start: bool = True
+    eval_at_start: bool = True  # evaluate at step 0 too
     eval_batch: int = 32  # sequences per greedy generation batch
     micro_batch: int = 8  # sequences per learner forward/backward (P*G is accumulated over micro-batches)
 

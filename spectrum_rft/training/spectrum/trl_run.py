@@ -45,8 +45,8 @@ class Common(RunConfig):
 
     arm: str = "weak-scaffold"  # the experiment arm: prompt variant + memory mode (spectrum_rft.task.arms)
     memory_mode: str = ""  # overrides the arm's memory mode ("" = the arm's)
-    preset: str = "default"
-    reward: str = "default"
+    preset: str = "default"  # the band preset (spectrum_rft.task.presets)
+    reward: str = "default"  # the reward (default: the audited one; spectrum_rft.task.reward)
     episode: str = ""  # scan | full ("" = scan for the ICL-off modes, full for icl)
     salt: str = "trl"  # band salt of the training rows (held-out rows use another)
     echo_history: str = "accumulate"  # who plays a scan episode's earlier scans (trl_env.ECHO_HISTORIES)
@@ -72,11 +72,11 @@ class Common(RunConfig):
 
 @dataclass
 class SftConfig(Common):
-    memory_mode: str = "none"  # no echo line: the warm start teaches neither using nor ignoring one
+    memory_mode: str = "none"  # the conversations' memory mode; none: no echo line, so the warm start teaches neither using nor ignoring one
     rows: int = 256  # conversations (each a fresh band)
-    epochs: int = 1
-    batch_size: int = 8
-    max_length: int = 1024
+    epochs: int = 1  # passes over the conversations
+    batch_size: int = 8  # conversations per optimiser step
+    max_length: int = 1024  # tokens per conversation (longer ones are cut)
     lr: float = 5e-4
     salt: str = "sft"
     eval_scans: int = 0  # after training: the model on N held-out scan episodes (spectrum-rft scan-eval), T=1 and 0.7
