@@ -389,3 +389,137 @@ def test_a_model_over_http(monkeypatch, capsys):
         assert rc == 1 and len(res["errors"]) == 1 and "401" in res["errors"][0]
         assert res["per_run"][0]["scans_skipped"] == 90  # every scan still scored (as an empty report)
         assert "row error" in capsys.readouterr().err
+
+
+# ---- a local server: --api-base, working defaults, --out, --resume, the plot, time left (issue 44) ----------
+
+
+def test_a_local_server_gets_working_defaults_and_a_time_estimate(monkeypatch, capsys):
+    """``--api-base`` alone is enough: every request carries a reply cap, temperature 0 and tool_choice auto
+    (what serve-local's start-up text once had to be read for); one run by default, said up front, then one
+    estimate line after the first scan and progress lines with the time left. ``--tool-choice none`` sends none."""
+    import loopback_llm as loopback
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with loopback.LoopbackLLM(responder=loopback.policy_responder("memoryless")) as server:
+        rc, out = cli("--model", "openai/loopback", "--api-base", server.base_url, "--json")
+        err = capsys.readouterr().err
+        assert rc == 0, err
+        res = json.loads(out)
+        assert res["runs"] == 1 and res["system"] == "stateless" and res["via"] == "processor"
+        assert res["mean_avail"] == pytest.approx(b9.evaluate("spectrum/memoryless", "stateless", 1)["mean_avail"])
+        sent = {(r.get("tool_choice"), r.get("max_tokens"), r.get("temperature")) for r in server.requests}
+        assert sent == {("auto", 320, 0.0)}
+        lines = err.splitlines()
+        up_front = [i for i, x in enumerate(lines) if x.startswith("spectrum-rft bench90: openai/loopback under")]
+        estimate = [i for i, x in enumerate(lines) if x.startswith("spectrum-rft bench90: estimate: 1 run (90 scans)")]
+        assert up_front == [0] and len(estimate) == 1, err
+        assert any(" | runs 0/1 done | about " in x and x.endswith(" left") for x in lines[estimate[0]:]), err
+        n = len(server.requests)
+        rc, _ = cli("--model", "openai/loopback", "--api-base", server.base_url, "--tool-choice", "none", "--quiet",
+                    "--max-tokens", "0", "--temperature", "0.5")
+        assert rc == 0
+        assert {(("tool_choice" in r), r.get("max_tokens"), r.get("temperature")) for r in server.requests[n:]} \
+            == {(False, None, 0.5)}
+
+
+def test_clock_estimates_once_every_run_under_way_has_a_scan():
+    t = [100.0]
+    stream = io.StringIO()
+    clock = b9.Clock(4, stream, now=lambda: t[0])
+    clock.expect(2)
+    t[0] = 110.0
+    clock.scans("a", 0)  # the clock starts with the first run (set-up time before it is not counted)
+    clock.scans("b", 0)
+    t[0] = 120.0
+    clock.scans("a", 1)
+    assert stream.getvalue() == ""  # run b has not done a scan yet
+    clock.scans("b", 1)  # 2 scans in 10 s, 360 in all
+    assert stream.getvalue() == ("spectrum-rft bench90: estimate: 4 runs (360 scans) take about 30 min 0 s in all "
+                                 "(5.0 s a scan so far, 2 runs at a time)\n")
+    clock.scans("a", 2)
+    clock.finished("a")
+    assert clock.scans_done == 91 and clock.status().startswith("runs 1/4 done | about ")
+    assert stream.getvalue().count("estimate") == 1
+    assert [b9.duration(s) for s in (5, 125, 3725)] == ["5 s", "2 min 5 s", "1 h 02 min"]
+
+
+def _kept_runs(path: Path) -> list[tuple[str, int]]:
+    keep = []
+    for line in path.read_text().splitlines():
+        try:
+            d = json.loads(line)
+        except ValueError:
+            continue
+        keep.append((d["system"], d["run"]))
+    return keep
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+def test_a_stopped_run_keeps_its_finished_runs_and_resume_plays_the_rest(how, tmp_path, monkeypatch, capsys):
+    """A run stopped (SIGTERM, or kill -9) once its first run is on disk keeps that run; --resume plays only the
+    other one, and the result is the uninterrupted one's (the scripted policy the server plays)."""
+    import signal as sig
+    import time
+
+    import loopback_llm as loopback
+
+    out = tmp_path / "b90"
+    monkeypatch.setenv("OPENAI_API_KEY", "dummy")
+    with loopback.LoopbackLLM(responder=loopback.policy_responder("accumulate")) as server:
+        args = ["--model", "openai/loopback", "--system", "icl", "--runs", "2", "--no-gain", "--token-budget", "0",
+                "--concurrency", "1", "--api-base", server.base_url, "--out", str(out)]
+        p = subprocess.Popen([sys.executable, "-m", "spectrum_rft", "bench90", *args, "--quiet"], cwd=ROOT,
+                             env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        runs = out / b9.RUNS_FILE
+        deadline = time.monotonic() + 60
+        while not (runs.exists() and runs.read_text().count("\n") >= 1) and p.poll() is None \
+                and time.monotonic() < deadline:
+            time.sleep(0.01)
+        p.send_signal(getattr(sig, how))
+        _, err = p.communicate(timeout=30)
+        assert p.returncode == (143 if how == "SIGTERM" else -9), err
+        if how == "SIGTERM":
+            assert err.strip().splitlines()[-1].startswith("spectrum-rft bench90: stopped by SIGTERM; 1 finished runs "
+                                                           "are kept in "), err
+            assert "Traceback" not in err
+        assert _kept_runs(runs) == [("icl", 0)]
+        n = len(server.requests)
+        rc, res = cli(*args, "--resume", "--json")
+        assert rc == 0, capsys.readouterr().err
+        assert "resume: 1 finished runs kept" in capsys.readouterr().err
+    played = server.requests[n:]
+    assert 90 <= len(played) < 100  # run 1 only
+    res = json.loads(res)
+    direct = b9.evaluate("spectrum/accumulate", "icl", 2)
+    assert [r["mean_avail"] for r in res["per_run"]] == pytest.approx([r["mean_avail"] for r in direct["per_run"]])
+    assert res["mean_avail"] == pytest.approx(direct["mean_avail"])
+    assert _kept_runs(runs) == [("icl", 0), ("icl", 1)]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["per_run"] == res["per_run"] and len(summary["per_scan_avail"]) == 90
+    assert (out / b9.PLOT_FILE).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_out_folder_rules(tmp_path, capsys):
+    """--out: each run (both systems) written, a summary and a plot; a folder holding runs is never replaced
+    silently; --resume with other settings is refused in one line; a resume with nothing left plays nothing and
+    prints the same result."""
+    out = tmp_path / "o"
+    base = ["--model", "spectrum/accumulate", "--system", "icl", "--runs", "2", "--json", "--out", str(out)]
+    rc, first = cli(*base)
+    assert rc == 0 and _kept_runs(out / b9.RUNS_FILE) == [("icl", 0), ("icl", 1), ("stateless", 0), ("stateless", 1)]
+    assert (out / b9.PLOT_FILE).exists() and json.loads((out / "summary.json").read_text())["plot"]
+    capsys.readouterr()
+    assert cli(*base)[0] == 2
+    assert capsys.readouterr().err.startswith(f"spectrum-rft bench90: --out {out} already holds a run")
+    rc, again = cli(*base, "--resume")
+    assert rc == 0 and json.loads(again) == json.loads(first)
+    assert "0 to play" in capsys.readouterr().err
+    assert cli(*base, "--resume", "--prompt", "explicit")[0] == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "other settings: prompt 'weak' (now 'explicit')" in err
+    assert cli(*base, "--overwrite", "--runs", "1")[0] == 0
+    assert _kept_runs(out / b9.RUNS_FILE) == [("icl", 0), ("stateless", 0)]
+    with pytest.raises(SystemExit):
+        b9.main(["--model", "spectrum/accumulate", "--resume"])  # --resume without --out
+    assert "give --out" in capsys.readouterr().err

@@ -265,7 +265,8 @@ def write_model_rows(specs: list[ModelSpec], run: Any, ids: list[str], rows: int
     return models, cut_off
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str) -> None:
+    """``text`` as the whole of ``path``, or ``path`` unchanged: written beside it, fsynced, then renamed over it."""
     part = path.with_name(path.name + ".tmp")
     with part.open("w") as f:
         f.write(text)
@@ -378,7 +379,7 @@ def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset:
         "timeout_s": timeout, "run_s": run.elapsed_s,
         "resumed": {"kept_rows": sum(len(v) for v in kept), "ran_rows": n_run} if resume else None,
     }
-    _write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     stream.unlink(missing_ok=True)  # its rows are in rows.jsonl, which summary.json now counts
     return summary
 
@@ -466,16 +467,18 @@ def report(summary: dict[str, Any], *, as_json: bool = False) -> int:
     return 1 if failed or stopped else 0
 
 
-def out_problem(out: Path, overwrite: bool, resume: bool = False) -> str | None:
+def out_problem(out: Path, overwrite: bool, resume: bool = False,
+                run_files: Sequence[str] = ("rows.jsonl", STREAM_FILE)) -> str | None:
     """Why ``--out`` cannot take this run (one line), or None after making the folder. A folder that holds a
-    run is never replaced silently: ``--overwrite`` replaces it, ``--resume`` goes on with it."""
+    run (one of ``run_files``) is never replaced silently: ``--overwrite`` replaces it, ``--resume`` goes on
+    with it."""
     if out.exists() and not out.is_dir():
         return f"--out {out} is a file; give a folder"
     if overwrite and resume:
         return "--overwrite replaces the run in --out and --resume goes on with it: give one"
-    held = [name for name in ("rows.jsonl", STREAM_FILE) if (out / name).exists()]
+    held = [name for name in run_files if (out / name).exists()]
     if resume and not held:
-        return f"--resume: {out} holds no run to go on with (no rows.jsonl or {STREAM_FILE})"
+        return f"--resume: {out} holds no run to go on with (no {' or '.join(run_files)})"
     if held and not (overwrite or resume):
         return (f"--out {out} already holds a run ({held[0]}): give another folder, --resume to go on with it, or "
                 "--overwrite to replace it")
@@ -492,7 +495,7 @@ STOP_SIGNALS = ("SIGTERM", "SIGHUP")  # stop the run as Ctrl-C does (Slurm, `tim
 
 
 @contextmanager
-def _signals_stop_the_run() -> Iterator[None]:
+def signals_stop_the_run() -> Iterator[None]:
     """While the block runs (main thread only), :data:`STOP_SIGNALS` raise :class:`.runner.Stop`: the run
     stops as on Ctrl-C (the child's group stopped, every finished row written), and says which signal."""
     if threading.current_thread() is not threading.main_thread():
@@ -511,7 +514,7 @@ def _signals_stop_the_run() -> Iterator[None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    with _signals_stop_the_run():
+    with signals_stop_the_run():
         return _main(argv)
 
 

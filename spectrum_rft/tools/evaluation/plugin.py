@@ -61,7 +61,7 @@ def _end_with_parent(parent: int) -> None:
     threading.Thread(target=watch, name="spectrum-eval-parent", daemon=True).start()
 
 
-def _append(path: str, line: str) -> None:
+def append_line(path: str | os.PathLike, line: str) -> None:
     """One line, on disk before the call returns (flushed and fsynced: it survives a machine reboot)."""
     with open(path, "a", encoding="utf-8") as f:
         f.write(line + "\n")
@@ -107,7 +107,7 @@ def pytest_configure(config: Any) -> None:
             line = json.dumps({"model": _ITEMS.label, "row": out.model_dump(exclude_none=True, mode="json")},
                               separators=(",", ":"))
             with lock:
-                _append(path, line)
+                append_line(path, line)
         except Exception as e:  # noqa: BLE001  (never fail a row over the stream)
             sys.__stderr__.write(f"spectrum-eval: could not stream a scored row: {e!r}\n")
         return out
