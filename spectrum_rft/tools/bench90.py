@@ -317,7 +317,14 @@ def run_with_processor(model: str, system: str, runs: int | Sequence[int], promp
     # every scan reaches the progress logger (the clock counts them; lines are printed every few scans)
     processor = SpectrumTurnRolloutProcessor(llm_tries=llm_tries, icl_token_budget=token_budget, log_every_scans=1)
 
+    def quiet_stop(loop: Any, context: dict) -> None:
+        # Ctrl-C or SIGTERM (runner.Stop, a KeyboardInterrupt) raised inside a run's task: the command says so in
+        # one line; asyncio's "Task exception was never retrieved" traceback for that task is not printed
+        if not isinstance(context.get("exception"), KeyboardInterrupt):
+            loop.default_exception_handler(context)
+
     async def go() -> list:
+        asyncio.get_running_loop().set_exception_handler(quiet_stop)
         config = RolloutProcessorConfig(completion_params=params, mcp_config_path="",
                                         semaphore=asyncio.Semaphore(concurrency),
                                         logger=_progress_logger(progress, clock))
