@@ -466,16 +466,26 @@ def test_a_stopped_run_keeps_its_finished_runs_and_resume_plays_the_rest(how, tm
 
     out = tmp_path / "b90"
     monkeypatch.setenv("OPENAI_API_KEY", "dummy")
-    with loopback.LoopbackLLM(responder=loopback.policy_responder("accumulate")) as server:
+    play = loopback.policy_responder("accumulate")
+    answered = []
+
+    def first_run_then_hang(request):  # the second run's first request waits until the stop: no race with it
+        if len(answered) >= 90:
+            return 200, loopback.chat_response("too late"), 3600.0
+        answered.append(1)
+        return play(request)
+
+    with loopback.LoopbackLLM(responder=first_run_then_hang) as server:
         args = ["--model", "openai/loopback", "--system", "icl", "--runs", "2", "--no-gain", "--token-budget", "0",
                 "--concurrency", "1", "--api-base", server.base_url, "--out", str(out)]
         p = subprocess.Popen([sys.executable, "-m", "spectrum_rft", "bench90", *args, "--quiet"], cwd=ROOT,
                              env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         runs = out / b9.RUNS_FILE
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 600  # a bound for a wedged run, not a speed claim: the wait ends on the event
         while not (runs.exists() and runs.read_text().count("\n") >= 1) and p.poll() is None \
                 and time.monotonic() < deadline:
             time.sleep(0.01)
+        assert p.poll() is None and runs.read_text().count("\n") == 1, "the first run never reached the disk"
         p.send_signal(getattr(sig, how))
         _, err = p.communicate(timeout=30)
         assert p.returncode == (143 if how == "SIGTERM" else -9), err
@@ -484,6 +494,7 @@ def test_a_stopped_run_keeps_its_finished_runs_and_resume_plays_the_rest(how, tm
                                                            "are kept in "), err
             assert "Traceback" not in err
         assert _kept_runs(runs) == [("icl", 0)]
+        server.responder = play
         n = len(server.requests)
         rc, res = cli(*args, "--resume", "--json")
         assert rc == 0, capsys.readouterr().err
