@@ -232,8 +232,9 @@ def test_a_server_answering_500_to_everything(offline_env, tmp_path, capsys):
 @pytest.mark.parametrize("path", ["turn", "mcp"])
 def test_a_reply_that_trickles_meets_the_whole_reply_deadline(offline_env, tmp_path, path):
     """The first reply trickles a byte every 0.4 s (headers at once: a per-read timeout never trips, the whole
-    body would take minutes); ``--param timeout=3`` is a deadline for the whole reply: that try ends as a
-    timeout (counted ``llm_timeout``), the retry gets the policy's report and the row finishes and scores."""
+    body would take minutes); ``--param timeout=6`` is a deadline for the whole reply (a normal one takes
+    milliseconds): that try ends as a timeout (counted ``llm_timeout``), the retry gets the policy's report and
+    the row finishes and scores."""
     first = threading.Event()
     play = policy_responder("accumulate")
 
@@ -246,7 +247,7 @@ def test_a_reply_that_trickles_meets_the_whole_reply_deadline(offline_env, tmp_p
     server = LoopbackLLM(model).start()
     out = tmp_path / "out"
     try:
-        rc = se.main(["--path", path, "--model", "openai/x", "--api-base", server.base_url, "--param", "timeout=3",
+        rc = se.main(["--path", path, "--model", "openai/x", "--api-base", server.base_url, "--param", "timeout=6",
                       "--rows", "1", "--timeout", "120", "--out", str(out), "--no-progress"])
     finally:
         server.stop()
