@@ -344,7 +344,7 @@ def test_epoch_grouping_needs_epochs(tmp_path, capsys):
     rc, _, err = _report(capsys, str(p), "--png", "")
     assert rc == 2 and "no environment_context.epoch" in err and "--group-by" in err
     rc, out, _ = _report(capsys, str(p), "--png", "", "--group-by", "input")
-    assert rc == 0 and "n/a" in out
+    assert rc == 0 and "0.500" in out and "n/a" not in out  # one input: the table, no empty trend lines
 
 
 json_values = st.recursive(
@@ -594,3 +594,139 @@ def test_plot_ticks_are_the_groups(epochs):
                 assert ticks == epochs
     finally:
         plt.close(fig)
+
+
+# --------------------------------------------------------------------------------------------------
+# Eval folders (``spectrum-rft eval --out DIR``, one epoch): the model table, paired differences, per-scan curves
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def eval_dirs(offline_env, tmp_path_factory) -> dict[str, Path]:
+    """Two eval folders of the same name in different places, scripted baselines: ``a/eval`` (memoryless,
+    accumulate, oracle) and ``b/eval`` (memoryless, accumulate; another salt: other bands)."""
+    import contextlib
+    import io
+
+    from spectrum_rft.tools import evaluation as se
+
+    root = tmp_path_factory.mktemp("evals")
+    runs = {"a": ["--model", "memoryless", "--model", "accumulate", "--model", "oracle"],
+            "b": ["--model", "memoryless", "--model", "accumulate", "--salt", "other"]}
+    for name, models in runs.items():
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            assert se.main(["--rows", "3", *models, "--out", str(root / name / "eval"), "--no-progress"]) == 0
+    return {name: root / name / "eval" for name in runs}
+
+
+def _eval_rows(folder: Path) -> dict[str, dict[str, dict]]:
+    """model -> row_id -> the row, from an eval folder's rows.jsonl."""
+    out: dict[str, dict[str, dict]] = {}
+    for line in (folder / "rows.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        out.setdefault(r["input_metadata"]["completion_params"]["model"], {})[r["input_metadata"]["row_id"]] = r
+    return out
+
+
+def test_an_eval_folder_gives_a_model_table_with_ses_and_paired_differences(eval_dirs, capsys):
+    from spectrum_rft.common.stats import standard_error
+
+    rc, out, err = _report(capsys, str(eval_dirs["a"]), "--png", "")
+    assert rc == 0, err
+    assert "n/a" not in out and "least-squares" not in out and "early vs late" not in out  # no epoch noise
+    lines = out.splitlines()
+    head = next(x for x in lines if x.startswith("model "))
+    assert head.split() == ["model", "rows", "score", "mean_occ", "mean_avail", "memory_gain", "dormant_recall",
+                            "beyond_current"]
+    table = {x.split()[0]: x for x in lines if x.startswith("spectrum/") and " - " not in x}
+    assert set(table) == {"spectrum/memoryless", "spectrum/accumulate", "spectrum/oracle"}
+    assert all(table[m].count("±") == 6 for m in table)  # a mean and an SE in every column
+    assert any(x.strip().startswith("spectrum/accumulate - spectrum/memoryless") and x.endswith("(3 bands)")
+               for x in lines), out
+
+    rep = json.loads(_report(capsys, str(eval_dirs["a"]), "--png", "", "--json")[1])
+    assert rep["epoch_analysis"] is False
+    summary = json.loads((eval_dirs["a"] / "summary.json").read_text())["models"]
+    rows = _eval_rows(eval_dirs["a"])
+    by_model = {t["name"]: t for t in rep["table"]}
+    for model, t in by_model.items():
+        scores = [r["evaluation_result"]["score"] for r in rows[model].values()]
+        assert t["metrics"]["score"]["mean"] == pytest.approx(summary[model]["score"], abs=1e-6)  # eval's number
+        assert t["metrics"]["score"]["se"] == pytest.approx(standard_error(scores))
+        assert t["metrics"]["mean_avail"]["mean"] == pytest.approx(summary[model]["mean_avail"], abs=1e-6)
+        assert t["per_scan_reward"] == pytest.approx(summary[model]["per_scan_reward"], abs=1e-6)
+    names = {t["run"]: t["name"] for t in rep["table"]}
+    (d,) = [d for d in rep["paired"] if (names[d["a"]], names[d["b"]]) == ("spectrum/accumulate", "spectrum/memoryless")]
+    diffs = [rows["spectrum/accumulate"][k]["evaluation_result"]["score"]
+             - rows["spectrum/memoryless"][k]["evaluation_result"]["score"] for k in rows["spectrum/memoryless"]]
+    assert d["bands"] == 3 and d["mean_difference"] == pytest.approx(np.mean(diffs))
+    assert d["se"] == pytest.approx(standard_error(diffs)) and d["mean_difference"] > 0
+    assert len(rep["paired"]) == 3  # every pair of three models
+
+
+def test_an_eval_folder_draws_per_scan_curves_not_epoch_dots(eval_dirs, tmp_path, capsys, monkeypatch):
+    from spectrum_rft.tools.report import render
+
+    drawn = {}
+    real = render.plot_per_scan
+
+    def spy(curves, path, title, bands=None):  # noqa: ANN001, ANN202
+        drawn.update(curves)
+        return real(curves, path, title, bands)
+
+    monkeypatch.setattr(render, "plot_per_scan", spy)
+    monkeypatch.setattr(render, "figure", lambda report: pytest.fail("per-epoch figure of one epoch"))
+    png = tmp_path / "r.png"
+    rc, out, err = _report(capsys, str(eval_dirs["a"]), "--png", str(png))
+    assert rc == 0, err
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"png: {png}" in out
+    assert set(drawn) == {"spectrum/memoryless", "spectrum/accumulate", "spectrum/oracle"}
+    assert all(len(ys) == 12 for ys in drawn.values())  # one point per scan
+    assert drawn["spectrum/oracle"] == pytest.approx([1.0] * 12)
+
+
+def test_several_eval_folders_in_one_table(eval_dirs, capsys):
+    """Two folders both named ``eval``: two runs named by their folders, never merged; the paired differences
+    pair only bands both saw (the folders' salts differ: none across them)."""
+    rc, out, err = _report(capsys, str(eval_dirs["a"]), str(eval_dirs["b"]), "--png", "", "--json")
+    assert rc == 0, err
+    rep = json.loads(out)
+    assert [t["name"] for t in rep["table"]] == ["a/eval:spectrum/accumulate", "a/eval:spectrum/memoryless",
+                                                "a/eval:spectrum/oracle", "b/eval:spectrum/accumulate",
+                                                "b/eval:spectrum/memoryless"]
+    assert all(t["rows"] == 3 for t in rep["table"]) and rep["checks_ok"]
+    assert {(d["a"].split(":")[0], d["b"].split(":")[0]) for d in rep["paired"]} == {("a/eval", "a/eval"),
+                                                                                     ("b/eval", "b/eval")}
+    assert len(rep["paired"]) == 4 and rep["epoch_analysis"] is False
+    text = _report(capsys, str(eval_dirs["a"]), str(eval_dirs["b"]), "--png", "")[1]
+    assert "b/eval:spectrum/accumulate - b/eval:spectrum/memoryless" in text
+
+
+def test_a_failed_model_in_an_eval_folder_gets_no_figure(eval_dirs, tmp_path, capsys):
+    """Every rollout of the oracle errored: named first, FAILED in the table, in no paired difference, no curve."""
+    d = tmp_path / "eval"
+    d.mkdir()
+    lines = []
+    for line in (eval_dirs["a"] / "rows.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        if r["input_metadata"]["completion_params"]["model"] == "spectrum/oracle":
+            r["rollout_status"] = {"code": 13, "message": "Connection refused"}
+        lines.append(r)
+    write_jsonl(d / "rows.jsonl", lines)
+    (d / "summary.json").write_text("{}")
+    rc, out, _ = _report(capsys, str(d), "--png", "")
+    assert rc == 1
+    assert out.splitlines()[0].startswith("FAILED: run eval:spectrum/oracle: every rollout errored (3/3)")
+    (row,) = [x for x in out.splitlines() if x.startswith("spectrum/oracle ")]
+    assert row.split()[2:] == ["FAILED", "-", "-", "-", "-", "-"]
+    assert "oracle -" not in out and "- spectrum/oracle" not in out
+    rep = json.loads(_report(capsys, str(d), "--png", "", "--json")[1])
+    assert [d["bands"] for d in rep["paired"]] == [3]
+
+
+def test_rows_over_epochs_keep_the_epoch_analysis_and_get_the_table(runs, capsys):
+    rc, out, _ = _report(capsys, f"weak={runs['weak']}", f"ctrl={runs['ctrl']}", "--png", "")
+    assert rc == 0
+    assert "least-squares trend over per-epoch means" in out and "control comparison" in out
+    assert out.splitlines()[0].split()[:3] == ["model", "rows", "score"]
+    assert "weak - ctrl" in out or "ctrl - weak" in out

@@ -1,4 +1,5 @@
-"""``spectrum-rft report``: per-epoch analysis of evaluated rows (usage: :mod:`.cli`, docs/LAUNCH.md).
+"""``spectrum-rft report``: a model-by-model table of evaluated rows (one eval folder or several), and
+per-epoch analysis where the rows span epochs (usage: :mod:`.cli`, docs/LAUNCH.md).
 
 One module per job, imports pointing down the list:
 
@@ -6,6 +7,7 @@ One module per job, imports pointing down the list:
 * :mod:`.load`      JSONL files/folders and eval-protocol's sqlite store -> runs; split by model, dedupe
 * :mod:`.stats`     least-squares fit with R^2, standard error
 * :mod:`.checks`    group integrity and freshness checks
+* :mod:`.table`     the model table (means ± SE over rows), per-scan curves, paired differences on shared bands
 * :mod:`.analysis`  x-axis, per-epoch means, trends, control comparison, the report dict
 * :mod:`.render`    text and PNG
 * :mod:`.cli`       argparse -> load -> report -> output

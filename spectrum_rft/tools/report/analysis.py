@@ -12,6 +12,7 @@ from spectrum_rft.rollouts.failures import no_result
 
 from .checks import check_freshness, check_integrity
 from .load import Loaded, dedupe, split_by_model
+from .table import build_table
 from .validate import METRICS, OPTIONAL_METRICS, ReportError, Rollout
 
 
@@ -191,4 +192,8 @@ def build_report(runs: dict[str, Loaded], group_by: str, control: str | None, no
                          "malformed": sum(len(ld.errors) for ld in runs.values()),
                          "duplicates": sum(ld.duplicates for ld in runs.values())}
     report["checks_ok"] = all(c["ok"] for r in analyzed.values() for c in r["checks"])
+    # the per-epoch analysis (trends, halves, the control comparison's slopes) only where there are epochs
+    groups = {p[a["axis"]] for a in analyzed.values() for p in a["per_epoch"]}
+    report["epoch_analysis"] = len(groups) >= 2
+    report.update(build_table(analyzed, rows, control))
     return report

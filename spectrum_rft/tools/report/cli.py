@@ -1,6 +1,7 @@
 """``spectrum-rft report``: per-epoch analysis of evaluated spectrum rows.
 
-    spectrum-rft report out/eval/                          # one run, grouped by environment_context.epoch
+    spectrum-rft report out/eval/                          # the model table, paired differences, per-scan curves
+    spectrum-rft report a/eval b/eval                      # one table across eval folders (a/eval:MODEL, ...)
     spectrum-rft report weak=runs/weak.jsonl control=runs/ctrl.jsonl --png curves.png
     spectrum-rft report --logs-db                          # ~/.eval_protocol/logs.db (latest experiment)
     spectrum-rft report --logs-db --experiment ID1 --experiment ID2
@@ -35,7 +36,7 @@ from pathlib import Path
 
 from .analysis import build_report
 from .load import load_inputs
-from .render import format_text, plot_png
+from .render import format_text, plot_per_scan_png, plot_png
 from .validate import ReportError
 
 DEFAULT_DB = os.path.join("~", ".eval_protocol", "logs.db")
@@ -84,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     png = a.png if a.png is not None else str(default_png(a.inputs))
     if png and any(not r["failed"] for r in report["runs"]):  # no figure of runs that are no result
-        report["png"] = plot_png(report, png)
+        # per-epoch curves where the rows span epochs; else each run's per-scan curve (dots at one epoch say nothing)
+        report["png"] = plot_png(report, png) if report["epoch_analysis"] else plot_per_scan_png(report, png)
     if a.json:
         for name, why in report["failed"].items():
             print(f"spectrum-rft report: run {name}: FAILED: {why}: no result", file=sys.stderr)

@@ -174,6 +174,7 @@ def load_inputs(specs: Sequence[str], logs_db: str | None, experiments: Sequence
     runs: dict[str, Loaded] = {}
     notes: list[str] = []
     counters: dict[str, int] = {}
+    plain = unlabelled_names([path for label, path in map(parse_input_spec, specs) if label is None])
     for spec in specs:
         label, path = parse_input_spec(spec)
         if path.suffix in (".db", ".sqlite", ".sqlite3") and path.is_file():
@@ -182,7 +183,7 @@ def load_inputs(specs: Sequence[str], logs_db: str | None, experiments: Sequence
             for k, v in got.items():
                 _merge(runs, k, v)
             continue
-        name = label or (path.stem if path.is_file() else path.name) or str(path)
+        name = label or plain[path]
         idx = counters.get(name, 0)
         counters[name] = idx + 1
         ld = runs.setdefault(name, Loaded())
@@ -193,6 +194,23 @@ def load_inputs(specs: Sequence[str], logs_db: str | None, experiments: Sequence
         for k, v in got.items():
             _merge(runs, k, v)
     return runs, notes
+
+
+def unlabelled_names(paths: Sequence[Path]) -> dict[Path, str]:
+    """Run names of inputs given without ``LABEL=``: a file's stem or a folder's name, with as many parent
+    folders as it takes to tell apart different inputs of the same name (``a/eval``, ``b/eval``: two eval
+    folders are two runs, never one). The same path given twice keeps one name."""
+    full = {p: p.resolve() for p in paths}
+    def name(p: Path, k: int) -> str:
+        last = (p.stem if p.is_file() else p.name) or str(p)
+        return "/".join([*full[p].parts[-k:-1], last])
+    out = {}
+    for p in paths:
+        k = 1
+        while k < len(full[p].parts) and len({full[q] for q in paths if name(q, k) == name(p, k)}) > 1:
+            k += 1
+        out[p] = name(p, k)
+    return out
 
 
 def _merge(runs: dict[str, Loaded], name: str, ld: Loaded) -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from .validate import METRICS
+from spectrum_rft.tools.evaluation.render import plot_per_scan
+
+from .validate import METRICS, TABLE_METRICS
 
 
 def _f(v: float | None, fmt: str = ".3f", signed: bool = False) -> str:
@@ -20,7 +22,10 @@ def format_text(report: dict) -> str:
                       for name, why in (report.get("failed") or {}).items()]
     for note in report["notes"]:
         out.append(f"note: {note}")
-    for run in report["runs"]:
+    out += format_table(report)
+    if not report.get("epoch_analysis"):
+        out += _checks_in_brief(report)
+    for run in report["runs"] if report.get("epoch_analysis") else []:
         axis = run["axis"]
         if run.get("failed"):
             out.append(f"run {run['run']}: {run['rollouts']} rollouts of {run['rows']} rows: FAILED ({run['failed']}); "
@@ -58,7 +63,7 @@ def format_text(report: dict) -> str:
         for c in run["checks"]:
             out.append(f"  {c['name']}: {'PASS' if c['ok'] else 'FAIL'} ({c['detail']})")
         out.append("")
-    for cmp in report["comparisons"]:
+    for cmp in report["comparisons"] if report.get("epoch_analysis") else []:
         out.append(f"control comparison: {cmp['treatment']} (treatment) vs {cmp['control']} (control)")
         for m in METRICS:
             d = cmp["metrics"][m]
@@ -80,6 +85,52 @@ def format_text(report: dict) -> str:
     if report.get("png"):
         out.append(f"png: {report['png']}")
     return "\n".join(out)
+
+
+def _cell(d: dict | None, signed: bool) -> str:
+    if d is None or d["mean"] is None:
+        return "-"
+    return _f(d["mean"], "+.3f" if signed else ".3f") + (f" ± {d['se']:.3f}" if d["se"] is not None else "")
+
+
+def format_table(report: dict) -> list[str]:
+    """Model by model: the mean ± SE over rows of each of :data:`TABLE_METRICS` (a failed run: FAILED, no
+    figure), then the paired score differences on shared bands."""
+    table = report.get("table") or []
+    if not table:
+        return []
+    w = max(len("model"), *(len(t["name"]) for t in table))
+    cw = 15
+    out = [f"{'model':<{w}}  {'rows':>5}  " + "  ".join(f"{m:>{cw}}" for m in TABLE_METRICS)]
+    out.append("-" * len(out[0]))
+    for t in table:
+        if t["failed"]:
+            cells = ["FAILED", *["-"] * (len(TABLE_METRICS) - 1)]
+        else:
+            cells = [_cell(t["metrics"][m], m == "memory_gain") for m in TABLE_METRICS]
+        out.append(f"{t['name']:<{w}}  {t['rows']:>5}  " + "  ".join(f"{c:>{cw}}" for c in cells))
+    out.append("(mean ± standard error over rows; a row's rollouts averaged first)")
+    names = {t["run"]: t["name"] for t in table}
+    if report.get("paired"):
+        out.append("paired score differences on the bands both saw (mean ± SE over those bands):")
+        pw = max(len(f"{names[d['a']]} - {names[d['b']]}") for d in report["paired"])
+        for d in report["paired"]:
+            se = f" ± {d['se']:.3f}" if d["se"] is not None else ""
+            out.append(f"  {names[d['a']] + ' - ' + names[d['b']]:<{pw}}  {_f(d['mean_difference'], '.3f', True)}{se}"
+                       f"  ({d['bands']} band{'s' if d['bands'] != 1 else ''})")
+    elif sum(not t["failed"] for t in table) >= 2:
+        out.append("paired: no band seen by two runs (different salts or presets): no paired difference")
+    out.append("")
+    return out
+
+
+def _checks_in_brief(report: dict) -> list[str]:
+    """Without epochs: one line when every check passes, else each failing one with its run."""
+    bad = [(r["run"], c) for r in report["runs"] for c in r["checks"] if not c["ok"]]
+    if not bad:
+        axis = report["runs"][0]["axis"] if report["runs"] else "epoch"
+        return [f"checks: group integrity PASS for {len(report['runs'])} run(s); one {axis}: no per-{axis} analysis", ""]
+    return [f"{run}: {c['name']}: FAIL ({c['detail']})" for run, c in bad] + [""]
 
 
 def _span(axis: str, xs: Sequence[int]) -> str:
@@ -135,3 +186,15 @@ def plot_png(report: dict, path: str) -> str:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def plot_per_scan_png(report: dict, path: str) -> str | None:
+    """Rows of one epoch: the mean per-scan reward of every run that has a result, ± 1 SE over rows
+    (:func:`~spectrum_rft.tools.evaluation.render.plot_per_scan`, eval's own figure); None when no row
+    carries per-scan rewards."""
+    runs = [t for t in report.get("table") or [] if not t["failed"] and t["per_scan_reward"]]
+    if not runs:
+        return None
+    title = "spectrum-rft report: mean per-scan reward (± 1 SE over rows)"
+    return str(plot_per_scan({t["name"]: t["per_scan_reward"] for t in runs}, Path(path), title,
+                             {t["name"]: t["per_scan_reward_se"] for t in runs}))

@@ -8,10 +8,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from spectrum_rft.rollouts.failures import SKIP_MODEL_FAILURE
-from spectrum_rft.tools.evaluation.summary import error_cause
+from spectrum_rft.tools.evaluation.summary import error_cause, per_scan_rewards, row_metric
 
-METRICS = ("score", "memory_gain", "dormant_recall", "carry_rate")
+METRICS = ("score", "memory_gain", "dormant_recall", "carry_rate")  # the per-epoch analysis
 OPTIONAL_METRICS = METRICS[1:]
+# the model-by-model table (mean and SE over rows): eval's headline numbers and the memory diagnostics
+TABLE_METRICS = ("score", "mean_occ", "mean_avail", "memory_gain", "dormant_recall", "beyond_current")
 STATUS_INTERNAL = 13  # eval-protocol Status.Code.INTERNAL: a failed rollout
 MAX_EPOCH = 10**6
 MAX_ABS_VALUE = 1e9  # scores and metrics are O(1); anything beyond this is corrupt input, not data
@@ -52,6 +54,9 @@ class Rollout:
     scans: int = 0  # the env's record: scans of the episode (0: no record) ...
     skipped: int = 0  # ... skipped (scored as empty reports) ...
     skipped_by_model: int = 0  # ... of which because every model request failed
+    source: str = ""  # the input's label (an eval folder's name): ``run`` before a split by model
+    per_scan: tuple[float, ...] = ()  # the per-scan rewards (step_outputs, else the env's record)
+    table: tuple[tuple[str, float], ...] = ()  # TABLE_METRICS present on the row (eval's own reading)
 
 
 def finite(x: Any) -> bool:
@@ -169,7 +174,29 @@ def parse_row(obj: Any, where: str, run: str = "run", input_index: int = 0, seq:
         fingerprint=_fingerprint(spectrum, metrics, where),
         prompt=prompt if isinstance(prompt, str) else None, memory_mode=mode if isinstance(mode, str) else None,
         errored=errored, model=model, cause=error_cause(obj) if errored else None, scans=scans, skipped=skipped,
-        skipped_by_model=by_model, **ids)
+        skipped_by_model=by_model, source=run, per_scan=_per_scan(obj), table=_table(obj), **ids)
+
+
+def _per_scan(obj: dict) -> tuple[float, ...]:
+    """The row's per-scan rewards as eval reads them; none when any is unusable (a curve with holes lies)."""
+    try:
+        xs = per_scan_rewards(obj)
+    except (TypeError, ValueError, AttributeError, OverflowError):
+        return ()
+    return tuple(xs) if all(finite(x) for x in xs) else ()
+
+
+def _table(obj: dict) -> tuple[tuple[str, float], ...]:
+    """The row's :data:`TABLE_METRICS` as eval reads them (its table's numbers); absent ones left out."""
+    out = []
+    for m in TABLE_METRICS:
+        try:
+            v = row_metric(obj, m)
+        except (TypeError, ValueError, AttributeError, OverflowError):
+            v = None
+        if v is not None and finite(v):
+            out.append((m, float(v)))
+    return tuple(out)
 
 
 def _count(v: Any) -> int:
@@ -211,4 +238,6 @@ def parse_trl_rollout(obj: Any, where: str, run: str, input_index: int, seq: int
                    run_id=None, experiment_id=None, epoch=step, created_at=None, score=float(reward), values=values,
                    fingerprint=fp if isinstance(fp, str) and fp else None,
                    prompt=prompt if isinstance(prompt, str) else None,
-                   memory_mode=mode if isinstance(mode, str) else None, errored=False, model=config.get("model"))
+                   memory_mode=mode if isinstance(mode, str) else None, errored=False, model=config.get("model"),
+                   source=run, table=(("score", float(reward)),
+                                      *((m, v) for m in TABLE_METRICS if (v := values.get(m)) is not None)))
