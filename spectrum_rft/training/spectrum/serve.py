@@ -6,7 +6,8 @@ scores a trained model exactly as it scores any other (``spectrum-rft eval --mod
 It renders with the checkpoint's own chat template (the tool template training used:
 :mod:`.chat_template`) and reads tool calls back with TRL's parser (``trl.chat_template_utils.
 parse_response``), the same two steps GRPO training took, so what the evaluator sees is what the trainer
-rewarded. One request at a time (CPU), greedy when ``temperature`` is 0 or absent.
+rewarded. One request at a time (CPU), greedy when ``temperature`` is 0 or absent. Each request is logged
+to stderr on one line (prompt and completion tokens, seconds, finish reason: :func:`request_line`).
 
     POST /v1/chat/completions   {messages, tools?, tool_choice?, max_tokens?, temperature?}
     GET  /v1/models
@@ -199,6 +200,19 @@ class HfChatModel:
         return new, bool(new) and new[-1] in sampler.stop_ids
 
 
+def request_line(code: int, payload: dict, seconds: float) -> str:
+    """One request as ``serve-hf`` logs it to stderr (one line each): what a slow or failing evaluation needs
+    first, the prompt and completion sizes, the time and why the reply ended (``length``: cut off at
+    ``max_tokens``)."""
+    if code != 200:
+        message = " ".join(str((payload.get("error") or {}).get("message", "")).split())[:200]
+        return f"serve-hf: request {code} in {seconds:.1f} s: {message}"
+    usage = payload.get("usage") or {}
+    finish = (payload.get("choices") or [{}])[0].get("finish_reason")
+    return (f"serve-hf: request 200: {usage.get('prompt_tokens', 0)} prompt tokens, "
+            f"{usage.get('completion_tokens', 0)} completion tokens, {seconds:.1f} s, finish_reason={finish}")
+
+
 def make_server(model: HfChatModel, name: str, port: int = 0) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         def _send(self, code: int, payload: dict) -> None:
@@ -219,15 +233,18 @@ def make_server(model: HfChatModel, name: str, port: int = 0) -> ThreadingHTTPSe
             if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
                 self._send(404, {"error": {"message": f"no route {self.path}"}})
                 return
+            t0 = time.monotonic()
             try:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
                 if not isinstance(body, dict):
                     raise BadRequest("the request body must be a JSON object")
-                self._send(200, model.complete(body))
+                code, payload = 200, model.complete(body)
             except (BadRequest, json.JSONDecodeError) as e:
-                self._send(400, {"error": {"message": str(e), "type": "invalid_request_error"}})
+                code, payload = 400, {"error": {"message": str(e), "type": "invalid_request_error"}}
             except Exception as e:  # noqa: BLE001 (a server error is reported, the server stays up)
-                self._send(500, {"error": {"message": f"{type(e).__name__}: {e}", "type": "server_error"}})
+                code, payload = 500, {"error": {"message": f"{type(e).__name__}: {e}", "type": "server_error"}}
+            print(request_line(code, payload, time.monotonic() - t0), file=sys.stderr, flush=True)
+            self._send(code, payload)
 
         def log_message(self, *args: Any) -> None:  # quiet
             pass

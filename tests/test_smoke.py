@@ -1,0 +1,92 @@
+"""Issue 44: ``serve-hf`` logs every request on one line, and ``spectrum-rft smoke`` runs the whole local path
+(sft -> one GRPO step -> serve-hf -> a 1-row eval) with ``configs/train/smoke.toml``, one line per stage."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from spectrum_rft.training.spectrum import smoke
+from spectrum_rft.training.spectrum.serve import make_server
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Canned:
+    """A stand-in for HfChatModel: one reply cut off at max_tokens, or a refusal."""
+
+    def complete(self, body: dict) -> dict:
+        if not body.get("messages"):
+            from spectrum_rft.training.spectrum.serve import BadRequest
+
+            raise BadRequest("messages must be a non-empty list")
+        return {"choices": [{"index": 0, "message": {"role": "assistant", "content": "x"}, "finish_reason": "length"}],
+                "usage": {"prompt_tokens": 601, "completion_tokens": 64, "total_tokens": 665}}
+
+
+def test_serve_hf_logs_each_request_on_one_line(capsys):
+    server = make_server(Canned(), "spectrum-hf")
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1/chat/completions"
+
+    def post(body: dict) -> int:
+        req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    try:
+        assert post({"messages": [{"role": "user", "content": "hi"}]}) == 200
+        assert post({"messages": []}) == 400
+    finally:
+        server.shutdown()
+        server.server_close()
+    err = [x for x in capsys.readouterr().err.splitlines() if x.startswith("serve-hf: request")]
+    assert len(err) == 2, err
+    assert "601 prompt tokens" in err[0] and "64 completion tokens" in err[0] and "finish_reason=length" in err[0]
+    assert err[0].split(", ")[2].endswith(" s")  # the seconds it took
+    assert err[1].startswith("serve-hf: request 400") and "messages must be a non-empty list" in err[1]
+
+
+def test_smoke_config_is_refused_in_one_line(tmp_path, capsys):
+    bad = tmp_path / "s.toml"
+    bad.write_text('[train]\nmodel = "x"\n')
+    assert smoke.main(["--config", str(bad), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "[train] sets model" in err
+    bad.write_text('[trian]\nsteps = 1\n')
+    assert smoke.main(["--config", str(bad)]) == 2 and "unknown tables trian" in capsys.readouterr().err
+    assert smoke.stage_flags({"steps": 1, "constrained": True, "use_cpu": False, "param": ["a=1", "b=2"]}, "train") == [
+        "--steps", "1", "--constrained", "--no-use-cpu", "--param", "a=1", "--param", "b=2"]
+    assert not (tmp_path / "o").exists()
+
+
+def test_smoke_runs_every_stage(tmp_path, capsys, monkeypatch):
+    """The issue's CI check: the smoke config end to end (a few minutes on 2 cores; the times are printed)."""
+    pytest.importorskip("trl")
+    monkeypatch.setenv("OPENAI_API_KEY", "dummy")
+    out = tmp_path / "smoke"
+    rc = smoke.main(["--config", str(ROOT / "configs" / "train" / "smoke.toml"), "--out", str(out)])
+    printed = capsys.readouterr()
+    with capsys.disabled():
+        print("\n" + printed.out)
+    assert rc == 0, printed.err
+    stages = [x.split()[1] for x in printed.out.splitlines() if x.startswith("smoke: ") and x.split()[2].replace(".", "").isdigit()]
+    assert stages == ["sft", "train", "serve-hf", "eval", "total"], printed.out
+    assert (out / "sft" / "model" / "config.json").is_file() and (out / "grpo" / "model" / "config.json").is_file()
+    rollouts = (out / "grpo" / "rollouts.jsonl").read_text().splitlines()
+    assert len(rollouts) == 2  # one GRPO step of one group of 2
+    requests = [x for x in (out / "serve-hf.log").read_text().splitlines() if x.startswith("serve-hf: request 200")]
+    assert len(requests) >= 12  # a whole episode: a request per scan, each logged
+    summary = json.loads((out / "eval" / "summary.json").read_text())
+    m = summary["models"]["openai/spectrum-hf"]
+    assert m["rows_errored"] == 0 and m["scans_total"] == 12, m
+    record = json.loads((out / "smoke.json").read_text())
+    assert set(record["stages"]) == {"sft", "train", "serve-hf", "eval"} and record["requests"] == len(requests)
