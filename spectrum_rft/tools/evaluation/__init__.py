@@ -69,7 +69,7 @@ from spectrum_rft.tools.evaluation.plugin import MODELS_ENV, PARENT_ENV, STREAM_
 from spectrum_rft.tools.evaluation.progress import Progress
 from spectrum_rft.tools.evaluation.render import (format_fault_summary, format_table, plot_per_scan,
                                                   skip_warnings)
-from spectrum_rft.tools.evaluation.rows import first_of_each, load_streamed_rows, row_id
+from spectrum_rft.tools.evaluation.rows import first_of_each, load_streamed_rows
 from spectrum_rft.tools.evaluation.runner import (OFFLINE_ENV, WATCHDOG_POLL_S, WORK_DIR, EvalError, ModelsRun, Stop,
                                                   Watchdog, child_env, entry_command, run_models)
 from spectrum_rft.tools.evaluation.specs import (DEFAULT_LADDER, PATH_PARAM_DEFAULTS, POLICY_PREFIX, PRIVILEGED,
@@ -86,7 +86,6 @@ __all__ = [
     "WORK_DIR", "EvalError", "ModelSpec", "ModelsRun", "Progress", "Stop", "Watchdog", "build_parser", "child_env",
     "classify_failure_text", "entry_command", "error_cause", "fault_group", "first_of_each", "format_fault_summary",
     "format_table", "is_error_row", "load_streamed_rows", "main", "model_specs", "out_problem", "per_scan_rewards",
-    "row_id",
     "plot_per_scan", "report", "row_faults", "row_metric", "row_scans", "run_eval", "run_models", "skip_warnings",
     "summarize", "write_dataset",
 ]

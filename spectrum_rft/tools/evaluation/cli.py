@@ -22,7 +22,7 @@ from spectrum_rft.tools.evaluation.progress import Progress
 from spectrum_rft.tools.evaluation.render import format_fault_summary, format_table, plot_per_scan, skip_warnings
 from spectrum_rft.tools.evaluation.plugin import STREAM_FILE
 from spectrum_rft.rollouts.dataset import row_identity
-from spectrum_rft.tools.evaluation.rows import first_of_each, load_streamed_rows, row_id
+from spectrum_rft.tools.evaluation.rows import first_of_each, load_streamed_rows
 from spectrum_rft.tools.evaluation.runner import EvalError, Stop, Watchdog, run_models
 from spectrum_rft.tools.evaluation.specs import DEFAULT_LADDER, PATH_PARAM_DEFAULTS, ModelSpec, model_specs
 from spectrum_rft.tools.evaluation.summary import METRICS, summarize
@@ -208,8 +208,8 @@ def in_the_whole_dataset(row: dict, order: dict[Any, int]) -> dict:
     loader records the row's index and the row count of the dataset it loaded (``dataset_info["data_loader_*"]``),
     and a resume loads only the unfinished rows."""
     info = (row.get("input_metadata") or {}).get("dataset_info")
-    if isinstance(info, dict) and "data_loader_row_idx" in info and row_id(row) in order:
-        info["data_loader_row_idx"] = order[row_id(row)]
+    if isinstance(info, dict) and "data_loader_row_idx" in info and row_identity(row) in order:
+        info["data_loader_row_idx"] = order[row_identity(row)]
         for k in ("data_loader_num_rows", "data_loader_num_rows_after_preprocessing"):
             if k in info:
                 info[k] = len(order)
@@ -328,7 +328,7 @@ def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset:
             kept = kept_rows(out, dataset, specs)
         finally:
             dataset.unlink(missing_ok=True)
-        done = [{row_id(r) for r in rs} for rs in kept]
+        done = [{row_identity(r) for r in rs} for rs in kept]
         todo = [i for i in all_ids if any(i not in d for d in done)]
         lines = [x for x in (out / "dataset.jsonl").read_text().splitlines() if x.strip()]
         dataset = out / "dataset.resume.jsonl"
@@ -356,9 +356,9 @@ def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset:
     if resume:  # the kept rows and this run's, each model's in dataset order (a row it had finished: the kept one)
         order = {i: k for k, i in enumerate(all_ids)}
         for spec, mine in zip(specs, kept):
-            have = {row_id(r) for r in mine}
-            new = [in_the_whole_dataset(r, order) for r in run.by_model.get(spec.label, []) if row_id(r) not in have]
-            run.by_model[spec.label] = sorted(mine + new, key=lambda r: order.get(row_id(r), len(order)))
+            have = {row_identity(r) for r in mine}
+            new = [in_the_whole_dataset(r, order) for r in run.by_model.get(spec.label, []) if row_identity(r) not in have]
+            run.by_model[spec.label] = sorted(mine + new, key=lambda r: order.get(row_identity(r), len(order)))
         dataset.unlink(missing_ok=True)
     models, cut_off = write_model_rows(specs, run, all_ids, rows, out / "rows.jsonl")
     displays = {s.label: s.display for s in specs}

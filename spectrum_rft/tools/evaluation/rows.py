@@ -7,9 +7,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
-
-def row_id(row: dict) -> Any:
-    return (row.get("input_metadata") or {}).get("row_id")
+from spectrum_rft.rollouts.dataset import row_identity
 
 
 def _clean_row(d: dict) -> dict:
@@ -44,7 +42,7 @@ def first_of_each(labels: Iterable[str], rows: Iterable[tuple[str, dict]]) -> di
     by_model: dict[str, list[dict]] = {label: [] for label in labels}
     seen: set[tuple[str, Any]] = set()
     for label, row in rows:
-        key = (label, row_id(row))
+        key = (label, row_identity(row))
         if label in by_model and key not in seen:
             seen.add(key)
             by_model[label].append(row)
