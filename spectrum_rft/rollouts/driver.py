@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 from spectrum_rft.rollouts.dataset import FIRST_USER_MESSAGE
+from spectrum_rft.rollouts.failures import SKIP_MODEL_FAILURE
 from spectrum_rft.rollouts.episode import Episode, Opening
 from spectrum_rft.rollouts.model_calls import (CallStats, ModelCaller, Reply, RolloutConfigError, model_failure,
                                                model_failure_message)
@@ -107,9 +108,9 @@ async def drive(ep: Episode, opening: Opening, transcript: list[dict], model: Mo
         reply = await model(window(transcript, mode, budget), opening.tools, ep, stats)
         if reply is None:  # every try failed: the scan is scored as an empty report
             if stats.model_calls == 0:  # and the model never answered at all: the rollout is an error
-                await ep.finish("llm_failure")
+                await ep.finish(SKIP_MODEL_FAILURE)
                 break
-            await ep.skip("llm_failure")
+            await ep.skip(SKIP_MODEL_FAILURE)
             continue
         stats.model_calls += 1
         stats.extras[len(transcript)] = reply.extra
@@ -191,5 +192,5 @@ async def play(episode: Episode, request: Callable[[list[dict], list[dict]], Awa
     if stats.never_answered:
         failure = model_failure(stats.cause, stats.llm_requests, stats.detail)
         error = model_failure_message(failure, endpoint)
-    result = await episode.finish("llm_failure" if failure else "rollout_error")  # as the evaluator
+    result = await episode.finish(SKIP_MODEL_FAILURE if failure else "rollout_error")  # as the evaluator
     return Played(result, stats, failure, error, transcript)

@@ -67,6 +67,7 @@ from eval_protocol.pytest.rollout_processor import RolloutProcessor
 from eval_protocol.pytest.types import RolloutProcessorConfig
 
 from spectrum_rft.rollouts.driver import drive
+from spectrum_rft.rollouts.failures import SKIP_MODEL_FAILURE
 from spectrum_rft.rollouts.episode import Episode, InProcessEpisode
 from spectrum_rft.common.redaction import redact_params, resolve_env_refs
 from spectrum_rft.rollouts.model_calls import (CallStats, ModelCaller, RolloutConfigError, endpoint_of,
@@ -236,7 +237,7 @@ class SpectrumRolloutProcessor(RolloutProcessor):
             stats.cause = None  # not the model's failure
         never_answered = stats.never_answered
         if started:
-            result = await ep.finish("llm_failure" if never_answered else "rollout_error")
+            result = await ep.finish(SKIP_MODEL_FAILURE if never_answered else "rollout_error")
             extra = dict(row.execution_metadata.extra or {})
             extra["spectrum"] = result
             extra["spectrum_rollout"] = {"transport": self.transport, "model_calls": stats.model_calls,

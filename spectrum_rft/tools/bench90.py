@@ -555,17 +555,11 @@ CURVE_KEYS = ("per_scan_avail", "per_scan_avail_se")  # the plot's data: in summ
 LOCAL_RUNS = 1  # --runs with --api-base (a local server: ~10 min a run), stated before the run starts
 
 
-class _Parser(argparse.ArgumentParser):
-    """A usage error on one line (exit 2), not the whole usage block."""
-
-    def error(self, message: str) -> Any:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
+    from spectrum_rft.tools.evaluation.cli import OneLineParser  # noqa: PLC0415
     from spectrum_rft.tools.local_llm import DEFAULT_MAX_TOKENS  # noqa: PLC0415  (stdlib only)
 
-    ap = _Parser(
+    ap = OneLineParser(
         prog="spectrum-rft bench90",
         description="Evaluate a model on the CLBench-style 90-scan schedule (available-IoU). "
                     "Models spectrum/<policy> are the scripted baselines (memoryless, accumulate, oracle...).")

@@ -64,8 +64,8 @@ def _seconds(text: str) -> float:
     return v
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, with a usage error on one line (exit 2) instead of the whole usage block first."""
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, with a usage error on one line (exit 2) instead of the whole usage block first (eval, bench90)."""
 
     def error(self, message: str) -> Any:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     from spectrum_rft.rollouts.dataset import ROW_PRESETS  # noqa: PLC0415
     from spectrum_rft.task.config import MEMORY_MODES, PROMPT_VARIANTS  # noqa: PLC0415
 
-    ap = _Parser(
+    ap = OneLineParser(
         prog="spectrum-rft eval",
         description="Run the evaluator offline through eval-protocol (the evaluation entries themselves) on "
                     "baseline policies, a local SmolLM2, or any OpenAI-compatible model; print a table, write "
