@@ -664,6 +664,72 @@ def test_progress_follower_counts_marks_split_across_reads_and_far_from_the_end(
     assert f.feed("more output, no mark") == (None, (2, 16)) and f.item == 1
 
 
+def test_progress_follower_counts_scan_marks_per_model():
+    """Scan marks (one per scan closed) are counted once, also when split between two reads, and the count
+    starts over with the next model's item."""
+    from spectrum_rft.tools.evaluation.plugin import ITEM_MARK, SCAN_MARK
+    from spectrum_rft.tools.evaluation.runner import ProgressFollower, without_scan_marks
+
+    f = ProgressFollower()
+    f.feed(f"\n{ITEM_MARK} a\n{SCAN_MARK} 0\nlog line\n{SCAN_MARK} 1\n")
+    assert (f.item, f.scans) == (0, 2)
+    line = f"{SCAN_MARK} 2\n"
+    f.feed("x" * 900 + line[:7])
+    assert f.scans == 2
+    f.feed(line[7:] + f"{SCAN_MARK} 3\n")
+    assert f.scans == 4
+    f.feed(f"{SCAN_MARK} 4\n\n{ITEM_MARK} b\n{SCAN_MARK} 0\n")
+    assert (f.item, f.scans) == (1, 1)
+    assert without_scan_marks(f"a\n{SCAN_MARK} 0\nb\n{SCAN_MARK} 11\n") == "a\nb\n"
+
+
+class HangAtScan:
+    """Plays the accumulate policy until scan ``at`` (1-based) opens, then hangs until the server stops."""
+
+    def __init__(self, at: int) -> None:
+        self.at, self.play, self.hanging = at, policy_responder("accumulate"), threading.Event()
+
+    def __call__(self, request: dict):
+        k = _last_scan(request)
+        if k is not None and k[0] >= self.at:
+            self.hanging.set()
+            return 200, chat_response("", []), HANG_S
+        return self.play(request)
+
+
+@pytest.mark.parametrize("path", ["turn", "mcp"])
+def test_progress_counts_scans_while_no_row_has_finished(offline_env, tmp_path, monkeypatch, path):
+    """A slow model is seen moving before its first row ends: the bar says ``scans 4/12`` while the row
+    hangs at scan 5 (not a terminal: the heartbeat line), and pytest.log keeps none of the marks."""
+    import functools
+    import io
+
+    from spectrum_rft.tools.evaluation import cli as eval_cli
+    from spectrum_rft.tools.evaluation.plugin import SCAN_MARK
+    from spectrum_rft.tools.evaluation.progress import Progress
+
+    shown = io.StringIO()
+    monkeypatch.setattr(eval_cli, "Progress", functools.partial(Progress, stream=shown, heartbeat_s=0.2))
+    model = HangAtScan(5)
+    server = LoopbackLLM(model).start()
+
+    def watchdog() -> str | None:
+        return "seen" if "rows 0/1 scans 4/12" in shown.getvalue() else None
+
+    try:
+        specs = se.model_specs(["openai/x"], api_base=server.base_url)
+        summary = se.run_eval(specs, path=path, rows=1, out=tmp_path / "out", concurrency=1, timeout=600,
+                              watchdogs=[watchdog])
+    finally:
+        server.stop()
+    assert summary["stopped"] == "aborted" and summary["aborted"] == "seen", shown.getvalue()
+    lines = shown.getvalue().splitlines()
+    assert any(x.startswith(f"eval {path} [{'#' * 8}{' ' * 16}] model 1/1 openai/x rows 0/1 scans 4/12 ")
+               for x in lines)  # the bar moves by scans: 4 of 12 is a third of it
+    assert not any(re.search(r"scans ([5-9]|1\d)/12", x) for x in lines)  # never more than closed
+    assert SCAN_MARK not in (tmp_path / "out" / "pytest.log").read_text()
+
+
 # --------------------------------------------------------------------------------------------------
 # 5. a user's dataset (--dataset FILE): every row runs or the file is refused before any work
 # --------------------------------------------------------------------------------------------------

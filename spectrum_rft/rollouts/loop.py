@@ -218,7 +218,8 @@ class SpectrumRolloutProcessor(RolloutProcessor):
                     row.input_metadata.row_id, dict(row.input_metadata.dataset_info or {}))}}
             log_every = self.log_every_scans
 
-            def on_scan(scan: int) -> None:  # the partial row, every log_every scans
+            def on_scan(scan: int) -> None:  # scan - 1 closed; the partial row, every log_every scans
+                scan_closed(row.input_metadata.row_id, scan - 1)
                 if log_every and scan % log_every == 0:
                     row.messages = self._messages(transcript, stats)
                     config.logger.log(row)
@@ -290,6 +291,13 @@ class SpectrumRolloutProcessor(RolloutProcessor):
         md.tool_call_count = sum(len(m.tool_calls or []) for m in row.messages if m.role == "assistant")
         md.usage = CompletionUsage(prompt_tokens=stats.prompt_tokens, completion_tokens=stats.completion_tokens,
                                    total_tokens=stats.prompt_tokens + stats.completion_tokens)
+
+
+def scan_closed(row_id: str, scan: int) -> None:
+    """Called by the processor when scan ``scan`` (0-based) of a rollout of row ``row_id`` has closed and the
+    next one is shown (an episode's last scan closes with its row). Does nothing here: the evaluation child's
+    pytest plugin (:mod:`spectrum_rft.tools.evaluation.plugin`) replaces it, so that ``spectrum-rft eval``
+    can count scans, not only rows, for a slow model."""
 
 
 @contextlib.asynccontextmanager

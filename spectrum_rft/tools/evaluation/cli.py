@@ -275,6 +275,25 @@ def write_atomic(path: Path, text: str) -> None:
     os.replace(part, path)
 
 
+def scans_to_play(dataset: Path) -> int:
+    """The scans one model plays on the rows of ``dataset`` (each row's own preset); 0 when a row does not
+    say (the progress bar then counts rows only)."""
+    from spectrum_rft.rollouts.dataset import to_evaluation_row_dict  # noqa: PLC0415
+    from spectrum_rft.task.presets import get_preset  # noqa: PLC0415
+    from spectrum_rft.task.rows import row_episode  # noqa: PLC0415
+
+    total = 0
+    try:
+        for line in dataset.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                row = json.loads(line)
+                meta = (row if "input_metadata" in row else to_evaluation_row_dict(row))["input_metadata"]
+                total += get_preset(row_episode(meta["row_id"], meta.get("dataset_info"))[0].preset).n_scans
+    except Exception:  # noqa: BLE001  (a display figure: the run itself reports a bad row)
+        return 0
+    return total
+
+
 def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset: str = "default",
              memory_mode: str | None = None, reward: str = "default", prompt: str = "explicit", salt: str = "",
              max_calls_per_scan: int | None = None, concurrency: int = 16, timeout: float = 1800.0,
@@ -339,7 +358,7 @@ def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset:
         print(f"resume: {sum(len(v) for v in kept)} finished rows kept, {len(todo)} of {rows} rows to run",
               file=sys.stderr, flush=True)
     n_run = len(all_ids) if not resume else len(todo)
-    bar = Progress(len(specs), n_run, path, enabled=progress)
+    bar = Progress(len(specs), n_run, path, enabled=progress, scans=scans_to_play(dataset))
     dogs = list(watchdogs)
     with ExitStack() as stack:
         dogs += start_local_models(specs, stack, bar)

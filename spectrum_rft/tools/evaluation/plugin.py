@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 ITEM_MARK = "@@spectrum-eval item"
+SCAN_MARK = "@@spectrum-eval scan"  # one line per scan closed (not an episode's last: its row's end says it)
 # The parent's settings for the child (names of environment variables the parent sets on the child alone):
 STREAM_ENV = "SPECTRUM_EVAL_STREAM"  # the file every scored row is appended to, as it is scored
 MODELS_ENV = "SPECTRUM_EVAL_MODELS"  # JSON list: the model label of each item, in run order
@@ -48,6 +49,28 @@ def pytest_runtest_logstart(nodeid: str, location: Any) -> None:
     if stream is not None:
         stream.write(f"\n{ITEM_MARK} {nodeid}\n")
         stream.flush()
+
+
+def _mark_scans() -> None:
+    """Write :data:`SCAN_MARK` to the child's stderr each time a rollout's scan closes (the rollout
+    processor's :func:`spectrum_rft.rollouts.loop.scan_closed`, both entries): the parent's progress counts
+    scans, so a model that takes minutes per reply is seen moving."""
+    from spectrum_rft.rollouts import loop  # noqa: PLC0415
+
+    if getattr(loop.scan_closed, "spectrum_marked", False):
+        return
+
+    def scan_closed(row_id: str, scan: int) -> None:
+        stream = sys.__stderr__
+        if stream is not None:
+            try:
+                stream.write(f"{SCAN_MARK} {scan}\n")
+                stream.flush()
+            except (OSError, ValueError):  # a closed pipe: the parent is gone (the parent watch ends us)
+                pass
+
+    scan_closed.spectrum_marked = True  # type: ignore[attr-defined]
+    loop.scan_closed = scan_closed
 
 
 def _end_with_parent(parent: int) -> None:
@@ -88,6 +111,7 @@ def pytest_configure(config: Any) -> None:
     parent = os.environ.get(PARENT_ENV, "")
     if parent.isdigit():
         _end_with_parent(int(parent))
+        _mark_scans()
     path = os.environ.get(STREAM_ENV)
     if not path:
         return

@@ -23,7 +23,7 @@ from spectrum_rft.common.processes import stop_process_group
 from spectrum_rft.common.redaction import REDACTED
 from spectrum_rft.rollouts.dataset import row_identity
 from spectrum_rft.tools.entries import ENTRIES, PROJECT_ROOT
-from spectrum_rft.tools.evaluation.plugin import ITEM_MARK, MODELS_ENV, PARENT_ENV, STREAM_ENV
+from spectrum_rft.tools.evaluation.plugin import ITEM_MARK, MODELS_ENV, PARENT_ENV, SCAN_MARK, STREAM_ENV
 from spectrum_rft.tools.evaluation.progress import Progress
 from spectrum_rft.tools.evaluation.rows import first_of_each, load_streamed_rows
 from spectrum_rft.tools.evaluation.specs import POLICY_PREFIX, ModelSpec
@@ -40,6 +40,14 @@ LOCAL_UI_NOTE = ("(eval-protocol's links to its local UI were left out: spectrum
 def without_local_ui_links(log: str) -> str:
     """The child's output with eval-protocol's local-UI link block replaced by :data:`LOCAL_UI_NOTE`."""
     return _LOCAL_UI_BLOCK.sub(lambda _: LOCAL_UI_NOTE, log)
+
+
+_SCAN_MARK_LINE = re.compile(rf"{re.escape(SCAN_MARK)} \d+\n")  # mid-line too (after a tqdm bar)
+
+
+def without_scan_marks(log: str) -> str:
+    """The child's output without the plugin's per-scan progress lines (they feed the bar, not the log)."""
+    return _SCAN_MARK_LINE.sub("", log)
 
 
 def without_secrets(text: str, specs: Sequence[ModelSpec]) -> str:
@@ -192,12 +200,17 @@ def _wait_child(proc: subprocess.Popen, timeout: float | None,
 
 
 
+assert len(SCAN_MARK) == len(ITEM_MARK)  # one tail length keeps a mark split across reads whole, counted once
+
+
 class ProgressFollower:
     """Reads the child's output as it comes: which item (model) is running (our plugin's ``ITEM_MARK``
-    lines) and eval-protocol's rollout bar within it. Marks split across reads are counted once."""
+    lines), the scans closed within it (``SCAN_MARK`` lines: :attr:`scans`) and eval-protocol's rollout bar
+    within it. Marks split across reads are counted once."""
 
     def __init__(self) -> None:
         self.item = -1
+        self.scans = 0  # scans closed (episodes' last scans aside) since the running item started
         self._buf = ""  # output since the last mark, at most its last 600 characters
 
     def feed(self, text: str) -> tuple[int | None, tuple[int, int] | None]:
@@ -206,8 +219,11 @@ class ProgressFollower:
         marks = joined.count(ITEM_MARK)
         if marks:
             self.item += marks
-            self._buf = joined[joined.rindex(ITEM_MARK) + len(ITEM_MARK):][-600:]
+            after = joined[joined.rindex(ITEM_MARK) + len(ITEM_MARK):]
+            self.scans = after.count(SCAN_MARK)
+            self._buf = after[-600:]
         else:
+            self.scans += joined.count(SCAN_MARK)
             self._buf = (self._buf + text)[-600:]
         hits = _TQDM_RUN.findall(self._buf)
         return (self.item if marks else None), ((int(hits[-1][0]), int(hits[-1][1])) if hits else None)
@@ -256,6 +272,8 @@ def run_models(path: str, specs: Sequence[ModelSpec], dataset: Path, rows: int, 
                     item, done = follow.feed(text)
                     if item is not None:
                         progress.model(min(item, len(specs) - 1), specs[min(item, len(specs) - 1)].label)
+                    if follow.item >= 0:
+                        progress.scans_done(follow.scans)
                     if done is not None and follow.item >= 0:
                         progress.rows_done(*done)
                 except Exception:  # noqa: BLE001  (a display glitch, never a lost log or a hung child)
@@ -270,11 +288,11 @@ def run_models(path: str, specs: Sequence[ModelSpec], dataset: Path, rows: int, 
             with _sigint_ignored():  # a second Ctrl-C must not leave the group running
                 stop_process_group(proc)
                 reader.join(timeout=5)
-                log_path.write_text(without_secrets(without_local_ui_links("".join(chunks)), specs))
+                log_path.write_text(without_secrets(without_local_ui_links(without_scan_marks("".join(chunks))), specs))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     by_model = first_of_each([s.label for s in specs], load_streamed_rows(stream, offset))
-    output = "".join(chunks)
+    output = without_scan_marks("".join(chunks))
     if not any(by_model.values()) and stopped is None:
         raise EvalError(f"the {path} entry produced no scored rows (pytest exit {proc.returncode}; see {log_path}):"
                         f"\n{_tail(output)}")
