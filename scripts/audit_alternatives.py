@@ -1,4 +1,4 @@
-"""The measurement behind the `default` reward and preset (README "Reward audit"): the same transmitters on
+"""The measurement behind the `default` reward and preset (docs/ENVIRONMENT.md, "Reward audit"): the same transmitters on
 bands of other widths, under each reward, attacked by the memory-free policies of the audit.
 
     python scripts/audit_alternatives.py [--episodes 500] [--bands 480,600,720,960] [--rewards occ_iou,match_iou]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test command (README "Set-up"; CI runs exactly this on a fresh clone).
+# The test command (README "Where to go next", docs/EVALUATION.md; CI runs exactly this on a fresh clone).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -x .venv/bin/python ]; then python3 -m venv .venv; fi

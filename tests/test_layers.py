@@ -406,10 +406,10 @@ def test_the_checker_sees_a_violation(monkeypatch, tmp_path):
 
 
 def _readme_layout() -> dict[str, list[str]]:
-    """The README's layout table: layer -> the names in its ``modules`` column (in backticks)."""
+    """The layout table (docs/ARCHITECTURE.md): layer -> the names in its ``modules`` column (in backticks)."""
     import re  # noqa: PLC0415
 
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
     section = text.split("## Layout", 1)[1].split("\n## ", 1)[0]
     rows = {}
     for line in section.splitlines():
@@ -420,30 +420,30 @@ def _readme_layout() -> dict[str, list[str]]:
 
 
 def _layout_problems(rows: dict[str, list[str]]) -> list[str]:
-    bad = [f"layer {layer} has no row in the README's layout table" for layer in RANK if layer not in rows]
+    bad = [f"layer {layer} has no row in the layout table" for layer in RANK if layer not in rows]
     for layer, names in rows.items():
         folder = PKG / layer
         if layer not in RANK or not folder.is_dir():
-            bad.append(f"the README's layout table names a layer {layer!r} that does not exist")
+            bad.append(f"the layout table names a layer {layer!r} that does not exist")
             continue
         have = {p.stem for p in folder.glob("*.py") if p.stem != "__init__"} \
             | {f"{p.parent.name}/" for p in folder.glob("*/__init__.py")}
-        bad += [f"{layer}: {name} is not in the README's layout table" for name in sorted(have - set(names))]
-        bad += [f"{layer}: the README's layout table names {name}, which is not there" for name in names
+        bad += [f"{layer}: {name} is not in the layout table" for name in sorted(have - set(names))]
+        bad += [f"{layer}: the layout table names {name}, which is not there" for name in names
                 if name not in have and not (folder / name.rstrip("/")).is_dir()]
     return bad
 
 
 def test_readme_layout_table_lists_every_module():
-    """The README's layout table cannot drift: every module and sub-package of a layer is in its row, and
+    """The layout table (docs/ARCHITECTURE.md) cannot drift: every module and sub-package of a layer is in its row, and
     every name in a row exists (a data folder such as ``templates/`` may be named too)."""
     bad = _layout_problems(_readme_layout())
-    assert not bad, "README.md, ## Layout:\n" + "\n".join(bad)
+    assert not bad, "docs/ARCHITECTURE.md, ## Layout:\n" + "\n".join(bad)
 
 
 def test_the_layout_check_sees_a_missing_and_a_stale_name():
     rows = _readme_layout()
     rows["task"] = [n for n in rows["task"] if n != "window"] + ["gone"]
     bad = "\n".join(_layout_problems(rows))
-    assert "task: window is not in the README's layout table" in bad
-    assert "task: the README's layout table names gone, which is not there" in bad
+    assert "task: window is not in the layout table" in bad
+    assert "task: the layout table names gone, which is not there" in bad

@@ -139,7 +139,7 @@ PRESETS: dict[str, Preset] = {
     "seed": RoundRobinPreset(name="seed"),
     # Same transmitters on a 720 MHz band: with the match_iou reward no memory-free padding of a report
     # pays (a random centre finds a transmitter with chance ~0.12 < the memoryless score ~0.16), and a blind
-    # tiling of <= 16 regions finds little (README, "Reward audit").
+    # tiling of <= 16 regions finds little (docs/ENVIRONMENT.md, "Reward audit").
     "default-v2": RoundRobinPreset(name="default-v2", band=(0.0, 720.0)),
     # The earlier default (480 MHz, with occ_iou): blind tilings do not pay, padding a memoryless report
     # with random regions does (~1.3x). Kept runnable by name.

@@ -18,7 +18,7 @@ Rewards are a family, selected by name (``REWARDS``):
 * ``default``   an alias for the reward the reward audit (``spectrum-rft audit``) certifies, resolved when a
                 config is made so that rows and runs record the definition: ``default-v2`` = ``match_iou``
                 (on the ``default-v2`` preset, 720 MHz), ``default-v1`` = ``occ_iou`` (the earlier default,
-                on the 480 MHz ``default-v1`` preset). Why the change: README "Reward audit".
+                on the 480 MHz ``default-v1`` preset). Why the change: docs/ENVIRONMENT.md, "Reward audit".
 
 Why ``match_iou`` resists padding where ``occ_iou`` does not (both are symmetric overlap scores): one
 more region raises a score ``J = m / u`` exactly when its chance ``p`` of finding something new satisfies
@@ -234,6 +234,7 @@ class ScanRecord:
     match: float = 0.0  # match_iou of the report (whatever the reward; a diagnostic beside occ and avail)
     current_part: float = 0.0  # the reward of the report's centres near a current peak alone (see beyond_current)
     peaks_added: int = 0  # the report's centres on one of this scan's peaks that the echo did not hold: what it added
+    echo_kept_beyond: int = 0  # echoed centres the report reproduces that lie off every current peak (> half a width): kept from memory alone
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__slots__}

@@ -20,7 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve-local": ("spectrum_rft.tools.local_llm:main", "serve SmolLM2-135M with llama.cpp on 127.0.0.1"),
     "bench90": ("spectrum_rft.tools.bench90:main", "evaluate a model on the CLBench-style 90-scan schedule"),
     "launch": ("spectrum_rft.tools.launch:main", "launch a Fireworks RFT job (dataset, evaluator, job)"),
-    "report": ("spectrum_rft.tools.report:main", "per-epoch analysis of evaluated rows"),
+    "report": ("spectrum_rft.tools.report:main", "evaluated rows: models with SEs, paired differences, curves; per-epoch analysis"),
     "sft": ("spectrum_rft.training.spectrum.trl_run:sft_main", "TRL SFT warm start on memoryless trajectories"),
     "train": ("spectrum_rft.training.train_cli:train_command", "GRPO on TRL: the spectrum task; --task gsm8k: the GSM8K score-centring card"),
     "scan-eval": ("spectrum_rft.training.spectrum.scan_eval:main", "a checkpoint on scan episodes: valid-report rate, gain, echo_copy"),
