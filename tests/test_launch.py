@@ -27,6 +27,7 @@ from spectrum_rft.tools.launch import main
 from spectrum_rft.task.arms import ARMS
 from spectrum_rft.tools.launch.cli import build_parser, options_from_args
 from spectrum_rft.tools.launch.execute import execute
+from spectrum_rft.tools.launch.heldout import band_fingerprints
 from spectrum_rft.tools.launch.ids import Redact
 from spectrum_rft.tools.launch.options import LaunchError, LaunchOptions
 from spectrum_rft.tools.launch.plan import build_plan, write_dataset
@@ -49,6 +50,7 @@ class Recorder(ThreadingHTTPServer):
         self.records: list[dict] = []
         self.fail: dict[str, tuple[int, dict]] = {}  # route name -> (status, body)
         self.evaluator_states = ["ACTIVE"]
+        self.jobs: dict[str, dict] = {}  # job id -> the job as the API returns it (GET, :resume)
         self.lock = threading.Lock()
 
     @property
@@ -73,6 +75,14 @@ def _route(method: str, path: str) -> str:
         return "evaluator.get"
     if method == "POST" and path.endswith("/reinforcementFineTuningJobs"):
         return "job.create"
+    if method == "POST" and path.endswith(":resume"):
+        return "job.resume"
+    if method == "GET" and "/reinforcementFineTuningJobs/" in path:
+        return "job.get"
+    if path == "/verifyApiKey":  # eval-protocol's account lookup
+        return "verify_api_key"
+    if "/secrets" in path:  # eval-protocol uploads secrets even with --dry-run
+        return "secret"
     return "unknown"
 
 
@@ -107,6 +117,15 @@ class _Handler(BaseHTTPRequestHandler):
             payload = {"name": f"{acct}/evaluators/x", "state": st}
         elif route == "job.create":
             payload = {"name": f"{acct}/reinforcementFineTuningJobs/job123", "state": "JOB_STATE_CREATING"}
+        elif route in ("job.get", "job.resume"):
+            job_id = u.path.rsplit("/", 1)[-1].removesuffix(":resume")
+            with self.server.lock:
+                job = self.server.jobs.get(job_id)
+                if job is not None and route == "job.resume":
+                    job["state"] = "JOB_STATE_RUNNING"
+            if job is None:
+                return self._send(404, {"error": {"code": 404, "message": f"job {job_id} not found"}})
+            payload = job
         else:
             payload = {}
         self._send(200, payload)
@@ -115,11 +134,13 @@ class _Handler(BaseHTTPRequestHandler):
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
+        if self.path == "/verifyApiKey":
+            self.send_header("x-fireworks-account-id", ACCOUNT)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
 
-    do_GET = do_POST = do_PUT = do_DELETE = _handle
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _handle
 
 
 @pytest.fixture
@@ -209,9 +230,13 @@ def test_launch_sends_dataset_then_evaluator_then_job(server, project, tmp_path,
     cap = capsys.readouterr()
     assert rc == 0, cap.err
     routes = [r["route"] for r in server.records]
-    assert routes == ["dataset.create", "dataset.upload", "evaluator.create", "evaluator.get_upload_endpoint",
-                      "upload_source", "evaluator.validate_upload", "evaluator.get", "job.create"]
-    by = {r["route"]: r for r in server.records}
+    assert routes == ["dataset.create", "dataset.upload", "dataset.create", "dataset.upload", "evaluator.create",
+                      "evaluator.get_upload_endpoint", "upload_source", "evaluator.validate_upload", "evaluator.get",
+                      "job.create"]
+    by: dict[str, dict] = {}
+    for r in server.records:
+        by.setdefault(r["route"], r)  # the first of each route: the training dataset's
+    held_create, held_upload = server.records[2], server.records[3]
     # Fireworks calls carry the key; the signed-URL PUT must not.
     for r in server.records:
         if r["route"] == "upload_source":
@@ -231,6 +256,16 @@ def test_launch_sends_dataset_then_evaluator_then_job(server, project, tmp_path,
     assert [c["epoch"] for c in ctxs] == [0, 0, 0, 1, 1, 1]
     assert len({c["seed"] for c in ctxs}) == 6  # never-repeating bands
     assert len({r["input_metadata"]["row_id"] for r in rows}) == 6
+
+    # the held-out evaluation dataset: 24 fresh bands (the default), marked, no epoch, none a training band
+    assert json.loads(held_create["body"])["datasetId"] == "spectrum-weak-scaffold-t1-heldout"
+    held = [json.loads(x) for x in _multipart_file(held_upload).decode().splitlines()]
+    assert len(held) == 24
+    hctx = [r["input_metadata"]["dataset_info"]["environment_context"] for r in held]
+    assert {c["split"] for c in hctx} == {"heldout"} and not any("epoch" in c for c in hctx)
+    assert {c["salt"] for c in hctx} == {"heldout"} and {c["salt"] for c in ctxs} == {""}
+    assert all(r["input_metadata"]["row_id"].startswith("spectrum-heldout-r") for r in held)
+    assert not set(band_fingerprints(held).values()) & set(band_fingerprints(rows).values())
 
     ev = json.loads(by["evaluator.create"]["body"])
     assert ev["evaluatorId"] == "test-spectrum-turn-test-spectrum-turn"
@@ -259,10 +294,13 @@ def test_launch_sends_dataset_then_evaluator_then_job(server, project, tmp_path,
     assert job["maxConcurrentRollouts"] == 96
     assert job["chunkSize"] == 3
     assert job["wandbConfig"] == {"enabled": True, "project": "spec", "apiKey": FAKE_WANDB}
+    assert job["evaluationDataset"] == f"accounts/{ACCOUNT}/datasets/spectrum-weak-scaffold-t1-heldout"
 
     out = json.loads(cap.out)
     assert out["error"] is None
-    assert [c["kind"] for c in out["created"]] == ["dataset", "evaluator", "job"]
+    assert out["start"] == {"from": "base_model", "model": "accounts/fireworks/models/qwen3-1p7b"}
+    assert out["evaluation"]["mode"] == "heldout" and out["evaluation"]["rows"] == 24
+    assert [c["kind"] for c in out["created"]] == ["dataset", "evaluation dataset", "evaluator", "job"]
     assert out["job"]["name"] == f"accounts/{ACCOUNT}/reinforcementFineTuningJobs/job123"
     assert "WARNING: .env" in cap.err and "OPENAI_API_KEY, OTHER_SECRET" in cap.err
     assert "3 untracked file(s) of the evaluator's folders are NOT uploaded" in cap.err
@@ -280,18 +318,22 @@ def test_job_error_names_what_was_created(server, project, tmp_path, env, capsys
     assert f"FAILED at job.create: HTTP {status}: quota exceeded for base model" in cap.err
     assert "already created (not rolled back):" in cap.err
     assert f"dataset: accounts/{ACCOUNT}/datasets/spectrum-weak-scaffold-t1 (6 rows uploaded)" in cap.err
+    assert f"evaluation dataset: accounts/{ACCOUNT}/datasets/spectrum-weak-scaffold-t1-heldout (24 rows uploaded)" \
+        in cap.err
     assert f"evaluator: accounts/{ACCOUNT}/evaluators/test-spectrum-turn-test-spectrum-turn (ACTIVE)" in cap.err
-    assert "rerun with: --reuse-dataset spectrum-weak-scaffold-t1 --reuse-evaluator" in cap.err
+    assert ("rerun with: --reuse-dataset spectrum-weak-scaffold-t1 --evaluation-dataset "
+            "spectrum-weak-scaffold-t1-heldout --reuse-evaluator") in cap.err
     _no_secrets(cap.out, cap.err, caplog.text)
 
 
 def test_resume_after_failure_creates_only_the_job(server, project, tmp_path, env, capsys):
     rc = main(_argv(server, project, tmp_path, "--reuse-dataset", "spectrum-weak-scaffold-t1",
-                       "--reuse-evaluator"))
+                    "--evaluation-dataset", "spectrum-weak-scaffold-t1-heldout", "--reuse-evaluator"))
     assert rc == 0, capsys.readouterr().err
     assert [r["route"] for r in server.records] == ["evaluator.get", "job.create"]
     job = json.loads(server.records[-1]["body"])
     assert job["dataset"] == f"accounts/{ACCOUNT}/datasets/spectrum-weak-scaffold-t1"
+    assert job["evaluationDataset"] == f"accounts/{ACCOUNT}/datasets/spectrum-weak-scaffold-t1-heldout"
 
 
 def test_evaluator_conflict_reports_dataset_only(server, project, tmp_path, env, capsys):
@@ -303,8 +345,9 @@ def test_evaluator_conflict_reports_dataset_only(server, project, tmp_path, env,
     out = json.loads(cap.out)
     assert out["failed_step"] == "evaluator.create"
     assert out["error"] == "HTTP 409: evaluator already exists"
-    assert [c["kind"] for c in out["created"]] == ["dataset"]
-    assert out["resume_flags"] == ["--reuse-dataset", "spectrum-weak-scaffold-t1"]
+    assert [c["kind"] for c in out["created"]] == ["dataset", "evaluation dataset"]
+    assert out["resume_flags"] == ["--reuse-dataset", "spectrum-weak-scaffold-t1", "--evaluation-dataset",
+                                   "spectrum-weak-scaffold-t1-heldout"]
 
 
 def test_failed_file_upload_is_reported_as_empty_dataset(server, project, tmp_path, env, capsys):
@@ -331,7 +374,7 @@ def test_evaluator_build_failure_and_polling(server, project, tmp_path, env):
         out = execute(plan, client, http, sleep=sleeps.append)
     assert sleeps == [10.0, 10.0]
     assert out.failed_step == "evaluator.get" and "build failed" in out.error
-    assert [c["kind"] for c in out.created] == ["dataset", "evaluator"]
+    assert [c["kind"] for c in out.created] == ["dataset", "evaluation dataset", "evaluator"]
     assert "job.create" not in [r["route"] for r in server.records]
 
 
@@ -350,12 +393,15 @@ def test_dry_run_touches_no_network(server, project, tmp_path, env, capsys, capl
     assert server.records == []
     out = json.loads(cap.out)
     steps = [r["step"] for r in out["requests"]]
-    assert steps == ["dataset.create", "dataset.upload", "evaluator.create", "evaluator.get_upload_endpoint",
-                     "evaluator.upload_source", "evaluator.validate_upload", "evaluator.get", "job.create"]
+    assert steps == ["dataset.create", "dataset.upload", "evaluation_dataset.create", "evaluation_dataset.upload",
+                     "evaluator.create", "evaluator.get_upload_endpoint", "evaluator.upload_source",
+                     "evaluator.validate_upload", "evaluator.get", "job.create"]
     job = out["requests"][-1]["json"]
     assert job["wandbConfig"]["apiKey"] == "***"
     assert job["trainingConfig"]["epochs"] == 1
     assert out["requests"][1]["multipart"]["file"]["rows"] == 6
+    assert out["requests"][3]["multipart"]["file"]["rows"] == 24
+    assert out["requests"][3]["multipart"]["file"]["filename"] == "ds-heldout.jsonl"
     assert any(line.startswith("firectl create reinforcement-fine-tuning-job") for line in out["firectl"])
     assert any(line.startswith("firectl create dataset spectrum-weak-scaffold-t1 ") for line in out["firectl"])
     _no_secrets(cap.out, cap.err, caplog.text)
@@ -453,10 +499,13 @@ def test_arms_differ_only_in_prompt_and_memory_mode(project, tmp_path, env):
         ref_ctx = [r["input_metadata"]["dataset_info"]["environment_context"] for r in ref_rows]
         assert [c["seed"] for c in ctx] == [c["seed"] for c in ref_ctx]
         assert [r["input_metadata"]["row_id"] for r in rows] == [r["input_metadata"]["row_id"] for r in ref_rows]
-        strip = lambda j: {k: v for k, v in j.items() if k != "display_name"} | {  # noqa: E731
+        strip = lambda j: {k: v for k, v in j.items() if k not in ("display_name", "evaluation_dataset")} | {  # noqa: E731
             "training_config": {k: v for k, v in j["training_config"].items() if k != "output_model"}}
         assert strip(plan.job_kwargs) == strip(ref_plan.job_kwargs)
         assert plan.evaluator_id == ref_plan.evaluator_id
+        held = lambda p: [r["input_metadata"]["dataset_info"]["environment_context"]["seed"]  # noqa: E731
+                          for r in p.eval_dataset]
+        assert held(plan) == held(ref_plan) and len(held(plan)) == 24  # paired held-out bands too
 
 
 def test_repeat_mode_and_overrides(project, tmp_path, env):

@@ -3,11 +3,16 @@
     spectrum-rft launch --arm weak-scaffold --dry-run            # every file uploaded, the exact requests; no network
     spectrum-rft launch --arm weak-scaffold                       # dataset -> evaluator -> job
     spectrum-rft launch --arm scrambled-control --reuse-evaluator # same evaluator code for every arm
+    spectrum-rft launch --status JOB                              # state, epoch, the job's metrics
+    spectrum-rft launch --resume JOB                              # resume a stopped job
 
-Three steps, always in this order, each through ``fireworks.Fireworks``:
+The steps, always in this order, each through ``fireworks.Fireworks``:
 
+0. **source job** (``--source-job JOB`` only): ``reinforcement_fine_tuning_jobs.get``; the job's output model
+   becomes ``training_config.warm_start_from`` (a job with no model refuses the launch before anything exists).
 1. **dataset**: rows from :func:`make_spectrum_dataset.make_rows` (EvaluationRow JSON), ``datasets.create``
-   then ``datasets.upload``.
+   then ``datasets.upload``; then the **evaluation dataset** the job scores while it trains (``--eval-rows``
+   fresh held-out bands, :mod:`.heldout`), the same two calls.
 2. **evaluator**: ``evaluators.create`` + ``get_upload_endpoint`` + PUT of the evaluator tarball to the signed
    URL + ``validate_upload``, then ``evaluators.get`` until ACTIVE. (Not
    ``eval_protocol.evaluation.create_evaluation``: it reads its base URL only from the process-wide
@@ -43,10 +48,11 @@ from typing import Any
 
 from spectrum_rft.task.arms import ARMS
 from .dryrun import dry_run, firectl_lines, source_listing
-from .execute import execute, resume_flags
+from .execute import api_error_text, execute, resume_flags
+from .follow import format_status, job_ref, job_status, resume_job
 from .ids import redacted_logs
-from .options import DEFAULTS, EPOCH_MODES, LOSS_METHODS, LaunchError, LaunchOptions
-from .plan import Plan, build_plan, write_dataset
+from .options import DEFAULT_BASE_URL, DEFAULTS, EPOCH_MODES, LOSS_METHODS, LaunchError, LaunchOptions
+from .plan import Plan, build_plan, describe_start, write_dataset
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,6 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--dry-run", action="store_true", help="list every file the evaluator upload would hold "
                     "(with sizes), print the exact requests and firectl lines; no network")
     ap.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    g = ap.add_argument_group("following a job (through the SDK; FIREWORKS_API_KEY, and FIREWORKS_ACCOUNT_ID for a "
+                              "bare job id)")
+    g.add_argument("--status", default=None, metavar="JOB", help="print the job's state, epoch and metrics as the "
+                   "API returns them, and exit")
+    g.add_argument("--resume", default=None, metavar="JOB", help="resume a stopped job (the platform's :resume), "
+                   "print its state, and exit")
     g = ap.add_argument_group("dataset")
     g.add_argument("--rows", type=int, default=DEFAULTS["rows"], help="rows (bands) per epoch")
     g.add_argument("--epochs", type=int, default=DEFAULTS["epochs"], help="training epochs")
@@ -74,6 +86,15 @@ def build_parser() -> argparse.ArgumentParser:
                    "lives in a temporary folder removed when the command ends, dry run or launch")
     g.add_argument("--dataset-id", default=None)
     g.add_argument("--reuse-dataset", default=None, metavar="ID", help="use an uploaded dataset; skip the step")
+    g = ap.add_argument_group("evaluation during the job (one way; docs/LAUNCH.md)")
+    g.add_argument("--eval-rows", type=int, default=None, metavar="N", help="held-out rows: N fresh bands of their "
+                   f"own salt, never trained on, uploaded as the job's evaluationDataset (default {DEFAULTS['eval_rows']}"
+                   "; 0: no evaluation)")
+    g.add_argument("--eval-salt", default=None, help="the held-out bands' salt (default 'heldout:<--salt>')")
+    g.add_argument("--eval-auto-carveout", action="store_true", help="instead: the platform carves evaluation rows "
+                   "out of the training dataset (evalAutoCarveout; training-distribution bands)")
+    g.add_argument("--evaluation-dataset", default=None, metavar="ID", help="instead: an uploaded evaluation dataset "
+                   "(evaluationDataset; a launch's held-out dataset is <dataset id>-heldout)")
     g = ap.add_argument_group("evaluator")
     g.add_argument("--entry", default="turn", help="turn | rft (the MCP entry; also: mcp) | FILE.py::FUNCTION (default turn)")
     g.add_argument("--project-dir", default=".", help="evaluator source root, a git work tree: only files git "
@@ -82,22 +103,36 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--reuse-evaluator", action="store_true", help="use the uploaded evaluator as is")
     g.add_argument("--evaluator-timeout", type=float, default=900.0, help="seconds to wait for ACTIVE")
     g = ap.add_argument_group("job")
-    g.add_argument("--base-model", default=DEFAULTS["base_model"], help="the Fireworks model to fine-tune, "
-                   "accounts/<account>/models/<model> (a bare name is refused; default %(default)s)")
+    g.add_argument("--base-model", default=None, help="the Fireworks model to fine-tune (trainingConfig.baseModel), "
+                   f"accounts/<account>/models/<model> (a bare name is refused; default {DEFAULTS['base_model']})")
+    g.add_argument("--warm-start-from", default=None, metavar="MODEL", help="instead: warm start from a PEFT model, "
+                   "e.g. an SFT run's (trainingConfig.warmStartFrom; refused with --base-model)")
+    g.add_argument("--source-job", default=None, metavar="JOB", help="instead: warm start from an earlier RFT job's "
+                   "output model, read through the SDK before anything is created")
     g.add_argument("--learning-rate", type=float, default=DEFAULTS["learning_rate"])
+    g.add_argument("--learning-rate-warmup-steps", type=int, default=None,
+                   help="trainingConfig.learningRateWarmupSteps (default: the platform's)")
     g.add_argument("--temperature", type=float, default=DEFAULTS["temperature"])
     g.add_argument("--max-output-tokens", type=int, default=DEFAULTS["max_output_tokens"])
     g.add_argument("--response-candidates", type=int, default=DEFAULTS["response_candidates"])
     g.add_argument("--max-concurrent-rollouts", type=int, default=DEFAULTS["max_concurrent_rollouts"])
+    g.add_argument("--max-concurrent-evaluations", type=int, default=None,
+                   help="maxConcurrentEvaluations (default: the platform's)")
+    g.add_argument("--node-count", "--nodes", type=int, default=None, help="nodeCount (default: the platform's, 1)")
     g.add_argument("--loss", choices=LOSS_METHODS, default=DEFAULTS["loss"])
-    g.add_argument("--kl-beta", type=float, default=None)
-    g.add_argument("--lora-rank", type=int, default=None)
-    g.add_argument("--max-context-length", type=int, default=None)
-    g.add_argument("--batch-size", type=int, default=None)
+    g.add_argument("--kl-beta", type=float, default=None, help="lossConfig.klBeta (default: the trainer's)")
+    g.add_argument("--lora-rank", type=int, default=None, help="trainingConfig.loraRank (default: the platform's)")
+    g.add_argument("--max-context-length", type=int, default=None, help="trainingConfig.maxContextLength (default: "
+                   "the model's); refused below what a windowed episode of the arm needs (the dry run says how much)")
+    g.add_argument("--batch-size", type=int, default=None, help="trainingConfig.batchSize, tokens per packed batch "
+                   "(default: the platform's); refused below one episode")
     g.add_argument("--top-p", type=float, default=None)
     g.add_argument("--top-k", type=int, default=None)
     g.add_argument("--extra-body", default=None, help="JSON for inference_parameters.extra_body")
-    g.add_argument("--chunk-size", type=int, default=None, help="default: --rows in fresh mode, unset in repeat")
+    g.add_argument("--chunk-size", type=int, default=None, help="default: --rows in fresh mode, unset in repeat "
+                   "(the platform's: 200, when the dataset has more than 300 rows)")
+    g.add_argument("--mcp-server", default=None, metavar="NAME", help="mcpServer, an MCP server resource name "
+                   "(default: none)")
     g.add_argument("--output-model", default=None, help="default: spectrum-ARM-TAG")
     g.add_argument("--job-id", default=None)
     g.add_argument("--tag", default=None, help="id suffix (default: UTC time YYYYmmdd-HHMMSS)")
@@ -116,9 +151,34 @@ def options_from_args(a: argparse.Namespace) -> LaunchOptions:
     return LaunchOptions(**{f.name: getattr(a, f.name) for f in fields(LaunchOptions)})
 
 
+def describe_evaluation(plan: Plan) -> str:
+    ev = plan.evaluation
+    if ev["mode"] == "heldout":
+        where = plan.eval_dataset_path if plan.eval_dataset_on_disk == plan.eval_dataset_path else \
+            f"a temporary file (--keep writes {plan.eval_dataset_path})"
+        return (f"evaluation: {ev['rows']} held-out rows (fresh bands, salt {ev['salt']!r}, none a training row's) "
+                f"-> {plan.eval_dataset_name} (evaluationDataset), {where}")
+    if ev["mode"] == "dataset":
+        return f"evaluation: the uploaded dataset {ev['dataset']} (evaluationDataset)"
+    if ev["mode"] == "carveout":
+        return "evaluation: the platform's carve-out of the training rows (evalAutoCarveout)"
+    return "evaluation: none during the job (--eval-rows 0)"
+
+
+def describe_context(plan: Plan) -> str | None:
+    c = plan.context
+    if c is None:
+        return None
+    have = plan.job_kwargs["training_config"].get("max_context_length")
+    return (f"context: a windowed {plan.arm.memory_mode} episode needs ~{c.total} tokens ({c.prompt_tokens} window "
+            f"and tools" + (f" + {c.notepad_tokens} notepad" if c.notepad_tokens else "") + f" + {c.output_tokens} "
+            f"output; 4 characters a token)" + (f"; --max-context-length {have}" if have else ""))
+
+
 def print_plan(plan: Plan, err: Any) -> None:
     print(f"arm {plan.arm.name}: prompt={plan.arm.prompt} memory_mode={plan.arm.memory_mode} ({plan.arm.summary})",
           file=err)
+    print(f"start: {describe_start(plan.start)}", file=err)
     if plan.reuse_dataset:
         print(f"dataset: reuse {plan.reuse_dataset}", file=err)
     else:
@@ -126,6 +186,9 @@ def print_plan(plan: Plan, err: Any) -> None:
             f"a temporary file (--keep writes {plan.dataset_path})"
         print(f"dataset: {plan.dataset_rows} rows = {plan.rows_per_epoch} x {plan.dataset_epochs} dataset epoch(s) "
               f"-> {where}", file=err)
+    print(describe_evaluation(plan), file=err)
+    if describe_context(plan):
+        print(describe_context(plan), file=err)
     if plan.source:
         print(f"evaluator source: {plan.source['tarball']} {len(plan.source['files'])} files tracked by git, "
               f"{plan.source['bytes']} bytes, sha256 {plan.source['sha256'][:16]}", file=err)
@@ -139,14 +202,23 @@ def _print_dry_run(plan: Plan, requests: list[dict], as_json: bool, out: Any) ->
         src = plan.source
         source = {k: src[k] for k in ("tarball", "bytes", "sha256", "total_bytes")} | {
             "files": [{"path": rel, "bytes": src["file_bytes"][rel]} for rel in src["files"]]} if src else {}
-        print(json.dumps({"dry_run": True, "arm": plan.arm.name, "source": source, "requests": requests,
-                          "firectl": lines, "notes": plan.notes}, indent=2), file=out)
+        print(json.dumps({"dry_run": True, "arm": plan.arm.name, **record(plan), "source": source,
+                          "requests": requests, "firectl": lines, "notes": plan.notes}, indent=2), file=out)
     else:
         print("\n".join(source_listing(plan)), file=out)
         print("\n# dry run: no request was sent. The requests, in order:", file=out)
         print(json.dumps(requests, indent=2), file=out)
         print("\n# equivalent command lines:", file=out)
         print("\n".join(lines), file=out)
+
+
+def record(plan: Plan) -> dict[str, Any]:
+    """What the dry run and the launch's report record of the job beyond its requests: where training starts,
+    how the job evaluates, and what an episode needs of the context."""
+    c = plan.context
+    return {"start": dict(plan.start), "evaluation": {**plan.evaluation, "dataset": plan.eval_dataset_name},
+            "context": None if c is None else {"needed_tokens": c.total, "window_tokens": c.prompt_tokens,
+                                               "notepad_tokens": c.notepad_tokens, "output_tokens": c.output_tokens}}
 
 
 def _launch(plan: Plan, a: argparse.Namespace, secrets: list[str], out: Any, err: Any) -> int:
@@ -157,8 +229,8 @@ def _launch(plan: Plan, a: argparse.Namespace, secrets: list[str], out: Any, err
         client = Fireworks(api_key=os.environ["FIREWORKS_API_KEY"].strip(), account_id=plan.account_id,
                            base_url=plan.base_url, http_client=http, max_retries=a.max_retries)
         result = execute(plan, client, http, log=lambda s: print(s, file=err))
-    report = {"arm": plan.arm.name, "created": result.created, "job": result.job, "error": result.error,
-              "failed_step": result.failed_step}
+    report = {"arm": plan.arm.name, **record(plan), "created": result.created, "job": result.job,
+              "error": result.error, "failed_step": result.failed_step}
     if result.error:
         flags = resume_flags(plan, result)
         report["resume_flags"] = flags
@@ -186,14 +258,18 @@ def main(argv: list[str] | None = None) -> int:
         for arm in ARMS.values():
             print(f"{arm.name:<18} prompt={arm.prompt:<17} memory_mode={arm.memory_mode:<12} {arm.summary}")
         return 0
-    if not a.arm:
-        ap.error("--arm is required (see --list-arms)")
     secrets = [os.environ.get(k, "") for k in ("FIREWORKS_API_KEY", "WANDB_API_KEY")]
     secrets = [s for s in secrets if len(s) >= 4]
+    if a.status or a.resume:
+        if a.arm or a.dry_run or (a.status and a.resume):
+            ap.error("--status / --resume JOB: one job, no --arm or --dry-run")
+        return _follow(a, secrets, out, err)
+    if not a.arm:
+        ap.error("--arm is required (see --list-arms)")
     try:
         plan = build_plan(options_from_args(a))
     except (LaunchError, ValueError) as e:
-        print(f"spectrum-rft launch: {e}", file=err)
+        _refuse(e, err)
         return 2
     keep = a.keep or a.dataset_out is not None
     with tempfile.TemporaryDirectory(prefix="spectrum-launch-") as tmp:  # nothing is left behind unless --keep
@@ -209,13 +285,51 @@ def _dry_run(plan: Plan, a: argparse.Namespace, secrets: list[str], out: Any, er
         try:
             requests = dry_run(plan, secrets)
         except LaunchError as e:
-            print(f"spectrum-rft launch: {e}", file=err)
+            _refuse(e, err)
             return 2
     try:
         _print_dry_run(plan, requests, a.json, out)
     except BrokenPipeError:  # `launch --dry-run | head`: the reader left early, which is no error of the launch
         with contextlib.suppress(OSError, ValueError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())  # nothing left to flush at exit
+    return 0
+
+
+def _refuse(e: Exception, err: Any) -> None:
+    """One line per mistake."""
+    for line in str(e).splitlines() or [type(e).__name__]:
+        print(f"spectrum-rft launch: {line}", file=err)
+
+
+def _follow(a: argparse.Namespace, secrets: list[str], out: Any, err: Any) -> int:
+    """``--status JOB`` / ``--resume JOB`` through the SDK: one screen (``--json``: the job as the API returns it)."""
+    import httpx  # noqa: PLC0415
+    from fireworks import Fireworks  # noqa: PLC0415
+
+    key = os.environ.get("FIREWORKS_API_KEY", "").strip()
+    try:
+        if not key:
+            raise LaunchError("FIREWORKS_API_KEY is not set (credentials come only from the environment)")
+        account, job_id = job_ref(a.status or a.resume, os.environ.get("FIREWORKS_ACCOUNT_ID", "").strip() or None)
+    except LaunchError as e:
+        _refuse(e, err)
+        return 2
+    base_url = (a.base_url or os.environ.get("FIREWORKS_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+    with redacted_logs(secrets), httpx.Client(timeout=httpx.Timeout(60.0, connect=30.0)) as http:
+        client = Fireworks(api_key=key, account_id=account, base_url=base_url, http_client=http,
+                           max_retries=a.max_retries)
+        try:
+            job = resume_job(client, account, job_id) if a.resume else job_status(client, account, job_id)
+        except Exception as e:  # noqa: BLE001 -- an API error is one line, never a traceback
+            what = "resume" if a.resume else "status"
+            print(f"spectrum-rft launch: {what} of {account}/{job_id}: {api_error_text(e)}", file=err)
+            return 1
+    if a.json:
+        print(json.dumps(job, indent=2), file=out)
+    else:
+        if a.resume:
+            print(f"resumed: {job.get('name', job_id)}", file=out)
+        print("\n".join(format_status(job)), file=out)
     return 0
 
 

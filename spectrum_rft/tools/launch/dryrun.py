@@ -12,7 +12,7 @@ from typing import Any
 from .execute import execute
 from .ids import redact_body
 from .options import LaunchError
-from .plan import Plan
+from .plan import Plan, source_job_model
 
 SIGNED_URL_PLACEHOLDER = "https://signed-upload-url.invalid/evaluator-source"
 
@@ -31,13 +31,14 @@ def describe_request(step: str, req: Any, plan: Plan, secrets: list[str]) -> dic
         d["body"] = {k: plan.source[k] for k in ("tarball", "bytes", "sha256")}
         d["body"]["files"] = len(plan.source["files"])
     elif ctype.startswith("multipart/"):
-        data = plan.dataset_on_disk.read_bytes()
-        kept = plan.dataset_on_disk == plan.dataset_path
-        d["multipart"] = {"file": {"filename": plan.dataset_path.name,
-                                   "local_path": str(plan.dataset_path) if kept else f"(not kept; --keep writes "
-                                                                                     f"{plan.dataset_path})",
+        held = step.startswith("evaluation_dataset.")
+        path, on_disk = (plan.eval_dataset_path, plan.eval_dataset_on_disk) if held else \
+            (plan.dataset_path, plan.dataset_on_disk)
+        data = on_disk.read_bytes()
+        d["multipart"] = {"file": {"filename": path.name,
+                                   "local_path": str(path) if on_disk == path else f"(not kept; --keep writes {path})",
                                    "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
-                                   "rows": plan.dataset_rows}}
+                                   "rows": len(plan.eval_dataset) if held else plan.dataset_rows}}
     elif body:
         d["json"] = redact_body(json.loads(body), secrets)
     return d
@@ -60,6 +61,10 @@ def dry_run(plan: Plan, secrets: list[str]) -> list[dict]:
             return httpx.Response(200, json={"filenameToSignedUrls": {plan.source["tarball"]: SIGNED_URL_PLACEHOLDER}})
         if request.method == "GET" and "/evaluators/" in path:
             return httpx.Response(200, json={"name": plan.evaluator_name, "state": "ACTIVE"})
+        if request.method == "GET" and "/reinforcementFineTuningJobs/" in path:  # --source-job
+            job = plan.start["job"]
+            return httpx.Response(200, json={"name": job, "dataset": "", "evaluator": "", "state": "JOB_STATE_COMPLETED",
+                                             "trainingConfig": {"outputModel": source_job_model(job)}})
         if path.endswith("/reinforcementFineTuningJobs"):
             jid = plan.job_id or "JOB_ID"
             return httpx.Response(200, json={"name": f"accounts/{plan.account_id}/reinforcementFineTuningJobs/{jid}",
@@ -100,37 +105,84 @@ def _human(n: int) -> str:
 
 
 def firectl_lines(plan: Plan) -> list[str]:
-    """The equivalent command lines (firectl for dataset and job; eval-protocol's uploader for the
-    evaluator, as in the original experiment). Settings firectl flags were not verified for are listed."""
+    """The equivalent command lines: firectl for the datasets and the job, eval-protocol's uploader for the
+    evaluator (as in the original experiment), and eval-protocol's own ``eval-protocol create rft`` for the job
+    (:func:`eval_protocol_line`). Settings firectl flags were not verified for are listed on a comment line."""
     q = shlex.quote
-    t, i = plan.job_kwargs["training_config"], plan.job_kwargs["inference_parameters"]
+    j = plan.job_kwargs
+    t, i = j["training_config"], j["inference_parameters"]
     lines = []
     if not plan.reuse_dataset:
         lines.append(f"firectl create dataset {q(plan.dataset_id)} {q(str(plan.dataset_path))}")
+    if plan.eval_dataset:
+        lines.append(f"firectl create dataset {q(plan.eval_dataset_id)} {q(str(plan.eval_dataset_path))}"
+                     "   # the held-out bands")
     if not plan.reuse_evaluator:
         lines.append(f"python -m eval_protocol upload --entry {q(plan.entry)} --yes"
                      "   # tars the whole folder (run records too; launch sends the evaluator alone) and "
                      "uploads every .env key as a Fireworks secret")
-    job = ["firectl create reinforcement-fine-tuning-job",
-           f"--base-model {q(t['base_model'])}", f"--dataset {q(plan.dataset_name)}",
-           f"--evaluator {q(plan.evaluator_name)}", f"--output-model {q(t['output_model'])}",
-           f"--epochs {t['epochs']}", f"--learning-rate {t['learning_rate']:g}",
-           f"--temperature {i['temperature']:g}", f"--max-output-tokens {i['max_output_tokens']}",
-           f"--response-candidates-count {i['response_candidates_count']}",
-           f"--max-concurrent-rollouts {plan.job_kwargs['max_concurrent_rollouts']}"]
+    job = ["firectl create reinforcement-fine-tuning-job"]
+    if "base_model" in t:
+        job.append(f"--base-model {q(t['base_model'])}")
+    job += [f"--dataset {q(plan.dataset_name)}",
+            f"--evaluator {q(plan.evaluator_name)}", f"--output-model {q(t['output_model'])}",
+            f"--epochs {t['epochs']}", f"--learning-rate {t['learning_rate']:g}",
+            f"--temperature {i['temperature']:g}", f"--max-output-tokens {i['max_output_tokens']}",
+            f"--response-candidates-count {i['response_candidates_count']}",
+            f"--max-concurrent-rollouts {j['max_concurrent_rollouts']}"]
     lines.append(" \\\n    ".join(job))
-    rest = {"loss_config": plan.job_kwargs["loss_config"]}
-    for k in ("chunk_size", "display_name"):
-        if k in plan.job_kwargs:
-            rest[k] = plan.job_kwargs[k]
-    for k in ("lora_rank", "max_context_length", "batch_size"):
+    rest: dict[str, Any] = {"loss_config": j["loss_config"]}
+    for k in ("chunk_size", "display_name", "evaluation_dataset", "eval_auto_carveout", "max_concurrent_evaluations",
+              "node_count", "mcp_server"):
+        if k in j:
+            rest[k] = j[k]
+    for k in ("warm_start_from", "lora_rank", "max_context_length", "batch_size", "learning_rate_warmup_steps"):
         if k in t:
             rest[f"training_config.{k}"] = t[k]
     for k in ("top_p", "top_k", "extra_body"):
         if k in i:
             rest[f"inference_parameters.{k}"] = i[k]
-    if "wandb_config" in plan.job_kwargs:
-        rest["wandb_config"] = redact_body(plan.job_kwargs["wandb_config"], [])
+    if "wandb_config" in j:
+        rest["wandb_config"] = redact_body(j["wandb_config"], [])
     lines.append("# also set by this launch, firectl flags not verified here: "
                  + json.dumps(rest, separators=(", ", ": ")))
+    lines.append("# or eval-protocol's own path to the same job (datasets and evaluator uploaded as above; it "
+                 "validates the evaluator locally first, --skip-validation skips that; docs/LAUNCH.md lists what differs):")
+    lines.append(eval_protocol_line(plan))
     return lines
+
+
+# what `eval-protocol create rft` (0.3.33) has no flag for, and why it is left out of its line (docs/LAUNCH.md)
+EP_NO_FLAG = {"display_name": "eval-protocol skips the field (its parser's skip list)",
+              "wandb_config.run_id": "eval-protocol skips the field (its parser's skip list)",
+              "wandb_config.api_key": "a secret: never printed (eval-protocol's --wandb-api-key takes it)",
+              "loss_config.method": "eval-protocol 0.3.33 refuses every value of --loss-config-method (its parser "
+                                    "calls the field's Literal type: 'invalid Literal value'); the platform's default "
+                                    "method applies"}
+
+
+def eval_protocol_args(plan: Plan) -> list[str]:
+    """The flags of ``eval-protocol create rft`` that ask for this launch's job: eval-protocol builds its flags
+    from the SDK's ``create`` signature (``training_config.lora_rank`` -> ``--training-config-lora-rank``, booleans
+    as switches), so they are derived here the same way from the job's arguments; the fields it has no flag for
+    are :data:`EP_NO_FLAG`."""
+    args = ["--evaluator", plan.evaluator_name, "--dataset", plan.dataset_name]
+    kwargs = dict(plan.job_kwargs)
+    if plan.job_id:
+        kwargs["reinforcement_fine_tuning_job_id"] = plan.job_id
+    for key, value in kwargs.items():
+        items = value.items() if isinstance(value, dict) else [(None, value)]
+        for sub, v in items:
+            name = key if sub is None else f"{key}.{sub}"
+            if name in EP_NO_FLAG:
+                continue
+            flag = "--" + name.replace(".", "-").replace("_", "-")
+            if isinstance(v, bool):
+                args += [flag] if v else []
+            else:
+                args += [flag, format(v, "g") if isinstance(v, float) else str(v)]
+    return args
+
+
+def eval_protocol_line(plan: Plan) -> str:
+    return " ".join(["eval-protocol create rft", *map(shlex.quote, eval_protocol_args(plan)), "--yes"])

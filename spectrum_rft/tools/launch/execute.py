@@ -1,4 +1,4 @@
-"""Running a plan's three steps (dataset, evaluator, job) through the fireworks-ai SDK, stopping at the
+"""Running a plan's steps (source job, dataset, evaluation dataset, evaluator, job) through the fireworks-ai SDK, stopping at the
 first failure with the list of what exists by then."""
 
 from __future__ import annotations
@@ -37,16 +37,47 @@ def api_error_text(e: Exception) -> str:
     return f"{type(e).__name__}: {e}"
 
 
+FINISHED_JOB_STATES = ("JOB_STATE_COMPLETED", "JOB_STATE_EARLY_STOPPED")  # a job whose output model exists
+
+
+def _source_job(plan: Plan, client: Any, enter: Callable[[str], None]) -> None:
+    """``--source-job``: read the job through the SDK and warm start from its output model (before anything is
+    created, so a job with no model refuses the launch with nothing to clean up)."""
+    enter("source_job.get")
+    name = plan.start["job"]
+    account, job_id = name.split("/")[1], name.rsplit("/", 1)[-1]
+    job = client.reinforcement_fine_tuning_jobs.get(job_id, account_id=account)
+    state = getattr(job, "state", None) or "JOB_STATE_UNSPECIFIED"
+    output = getattr(getattr(job, "training_config", None), "output_model", None)
+    if state not in FINISHED_JOB_STATES or not output:
+        raise LaunchError(f"--source-job {name} is {state}" + ("" if output else " with no output model")
+                          + f": a warm start needs a finished job ({', '.join(FINISHED_JOB_STATES)}) and its model")
+    model = output if output.startswith("accounts/") else f"accounts/{account}/models/{output}"
+    plan.start["model"] = model
+    plan.job_kwargs["training_config"]["warm_start_from"] = model
+
+
+def _upload_dataset(client: Any, out: Outcome, enter: Callable[[str], None], *, step: str, kind: str,
+                    dataset_id: str, name: str, rows: int, filename: str, data: bytes) -> None:
+    enter(f"{step}.create")
+    client.datasets.create(dataset_id=dataset_id, dataset={
+        "display_name": dataset_id, "eval_protocol": {}, "format": "FORMAT_UNSPECIFIED", "example_count": str(rows)})
+    out.created.append({"kind": kind, "name": name, "detail": "created, file not uploaded"})
+    enter(f"{step}.upload")
+    client.datasets.upload(dataset_id, file=(filename, data, "application/jsonl"))
+    out.created[-1]["detail"] = f"{rows} rows uploaded"
+
+
 def _dataset(plan: Plan, client: Any, out: Outcome, enter: Callable[[str], None]) -> None:
-    enter("dataset.create")
-    client.datasets.create(dataset_id=plan.dataset_id, dataset={
-        "display_name": plan.dataset_id, "eval_protocol": {}, "format": "FORMAT_UNSPECIFIED",
-        "example_count": str(plan.dataset_rows)})
-    out.created.append({"kind": "dataset", "name": plan.dataset_name, "detail": "created, file not uploaded"})
-    enter("dataset.upload")
-    client.datasets.upload(plan.dataset_id, file=(plan.dataset_path.name, plan.dataset_on_disk.read_bytes(),
-                                                  "application/jsonl"))
-    out.created[-1]["detail"] = f"{plan.dataset_rows} rows uploaded"
+    _upload_dataset(client, out, enter, step="dataset", kind="dataset", dataset_id=plan.dataset_id,
+                    name=plan.dataset_name, rows=plan.dataset_rows, filename=plan.dataset_path.name,
+                    data=plan.dataset_on_disk.read_bytes())
+
+
+def _eval_dataset(plan: Plan, client: Any, out: Outcome, enter: Callable[[str], None]) -> None:
+    _upload_dataset(client, out, enter, step="evaluation_dataset", kind="evaluation dataset",
+                    dataset_id=plan.eval_dataset_id, name=plan.eval_dataset_name or "", rows=len(plan.eval_dataset),
+                    filename=plan.eval_dataset_path.name, data=plan.eval_dataset_on_disk.read_bytes())
 
 
 def _evaluator(plan: Plan, client: Any, http: Any, out: Outcome, enter: Callable[[str], None]) -> None:
@@ -93,7 +124,8 @@ def _wait_active(plan: Plan, client: Any, log: Callable[[str], None], sleep: Cal
 
 def execute(plan: Plan, client: Any, http: Any, *, log: Callable[[str], None] = lambda s: None,
             sleep: Callable[[float], None] = time.sleep, on_step: Callable[[str], None] = lambda s: None) -> Outcome:
-    """Create dataset, evaluator and job in that order with the SDK ``client``; ``http`` (an httpx.Client)
+    """Create dataset, evaluation dataset, evaluator and job in that order with the SDK ``client`` (after reading
+    the ``--source-job``, when there is one); ``http`` (an httpx.Client)
     PUTs the source tarball to the signed URL (no Fireworks credentials on that request). Stops at the
     first failure; the outcome lists what exists by then. The dataset file must be written
     (:func:`~spectrum_rft.tools.launch.plan.write_dataset`)."""
@@ -105,11 +137,17 @@ def execute(plan: Plan, client: Any, http: Any, *, log: Callable[[str], None] = 
         on_step(step)
 
     try:
+        if plan.start["from"] == "source_job":
+            _source_job(plan, client, enter)
+            log(f"warm start: {plan.start['model']} (the output model of {plan.start['job']})")
         if plan.reuse_dataset:
             log(f"dataset: reusing {plan.reuse_dataset}")
         else:
             _dataset(plan, client, out, enter)
             log(f"dataset: {plan.dataset_name} ({plan.dataset_rows} rows)")
+        if plan.evaluation["mode"] == "heldout":
+            _eval_dataset(plan, client, out, enter)
+            log(f"evaluation dataset: {plan.eval_dataset_name} ({len(plan.eval_dataset)} held-out rows)")
         if plan.reuse_evaluator:
             log(f"evaluator: reusing {plan.evaluator_name}")
         else:
@@ -145,6 +183,10 @@ def resume_flags(plan: Plan, out: Outcome) -> list[str]:
         flags += ["--reuse-dataset", plan.dataset_id]
     elif plan.reuse_dataset:
         flags += ["--reuse-dataset", plan.reuse_dataset]
+    if kinds.get("evaluation dataset", {}).get("detail", "").endswith(" rows uploaded"):
+        flags += ["--evaluation-dataset", plan.eval_dataset_id]  # in place of --eval-rows
+    elif plan.evaluation["mode"] == "dataset":
+        flags += ["--evaluation-dataset", plan.evaluation["dataset"]]
     if plan.reuse_evaluator or kinds.get("evaluator", {}).get("detail") in ("ACTIVE",):
         flags.append("--reuse-evaluator")
     return flags

@@ -15,8 +15,10 @@ from typing import Any, Mapping
 from spectrum_rft.tools.entries import ENTRIES, entry_spec
 
 from spectrum_rft.task.arms import ARMS, Arm
+from .context import ContextNeed, episode_need
+from .heldout import band_fingerprints, default_eval_salt, heldout_rows, shared_bands
 from .ids import dotenv_keys, evaluator_id_for, resource_id
-from .options import DEFAULT_BASE_URL, EPOCH_MODES, LaunchError, LaunchOptions
+from .options import DEFAULT_BASE_URL, DEFAULTS, LaunchError, LaunchOptions, option_problems
 from .tarball import TAR_WARN_BYTES, source_bundle
 
 DRY_RUN_ACCOUNT = "ACCOUNT_ID"  # placeholder in dry-run paths when FIREWORKS_ACCOUNT_ID is unset
@@ -43,11 +45,17 @@ class Plan:
     job_id: str | None
     job_kwargs: dict[str, Any]
     epoch_mode: str
+    start: dict[str, str]  # where training starts: {"from": "base_model" | "warm_start_from" | "source_job", ...}
+    evaluation: dict[str, Any]  # how the job evaluates: {"mode": "heldout" | "carveout" | "dataset" | "none", ...}
+    context: ContextNeed | None = None  # what one episode of the arm needs of the context
     notes: list[str] = field(default_factory=list)
     dataset: list[dict] = field(default_factory=list)  # EvaluationRow JSON, written by write_dataset
+    eval_dataset: list[dict] = field(default_factory=list)  # the held-out rows (heldout.py), written beside it
+    eval_dataset_id: str = ""
     source: dict[str, Any] = field(default_factory=dict)  # tarball: name, bytes, sha256, files
     tarball: bytes = b""
     dataset_file: Path | None = None  # where write_dataset put the rows (a temporary file unless kept)
+    eval_dataset_file: Path | None = None  # and the held-out rows
 
     @property
     def dataset_on_disk(self) -> Path:
@@ -55,8 +63,26 @@ class Plan:
         return self.dataset_file or self.dataset_path
 
     @property
+    def eval_dataset_path(self) -> Path:
+        """Where ``--keep`` writes the held-out rows: beside the training rows."""
+        return self.dataset_path.with_name(f"{self.dataset_path.stem}-heldout.jsonl")
+
+    @property
+    def eval_dataset_on_disk(self) -> Path:
+        return self.eval_dataset_file or self.eval_dataset_path
+
+    @property
     def dataset_name(self) -> str:
         return self.reuse_dataset or f"accounts/{self.account_id}/datasets/{self.dataset_id}"
+
+    @property
+    def eval_dataset_name(self) -> str | None:
+        """The evaluation dataset the job scores while it trains (None: none, or the platform's carve-out)."""
+        if self.evaluation["mode"] == "dataset":
+            return self.evaluation["dataset"]
+        if self.evaluation["mode"] == "heldout":
+            return f"accounts/{self.account_id}/datasets/{self.eval_dataset_id}"
+        return None
 
     @property
     def evaluator_name(self) -> str:
@@ -89,18 +115,27 @@ def _account(o: LaunchOptions, env: Mapping[str, str], notes: list[str]) -> str:
     return account
 
 
-BASE_MODEL = re.compile(r"accounts/[A-Za-z0-9][A-Za-z0-9_.-]*/models/[A-Za-z0-9][A-Za-z0-9_.-]*")
+def qualified(name: str, account: str, collection: str) -> str:
+    """A resource name: ``name`` when it already is one, else ``accounts/<account>/<collection>/<id>``."""
+    return name if name.startswith("accounts/") else f"accounts/{account}/{collection}/{resource_id(name)}"
 
 
-def check_base_model(name: str) -> str:
-    """A base model is a Fireworks resource name, ``accounts/<account>/models/<model>``: anything else is refused
-    in one line (never normalised: a bare name may mean the fireworks catalogue or your own account's model),
-    with the catalogue's name when the bare name looks like one."""
-    if BASE_MODEL.fullmatch(name):
-        return name
-    bare = name.rsplit("/", 1)[-1]
-    hint = f" (the Fireworks catalogue's: --base-model accounts/fireworks/models/{bare})" if bare else ""
-    raise LaunchError(f"--base-model {name!r}: expected a Fireworks model name accounts/<account>/models/<model>{hint}")
+def start_of(o: LaunchOptions, account: str) -> dict[str, str]:
+    """Where training starts, for the job body, the dry run and the run record."""
+    if o.warm_start_from:
+        return {"from": "warm_start_from", "model": o.warm_start_from}
+    if o.source_job:
+        return {"from": "source_job", "job": qualified(o.source_job, account, "reinforcementFineTuningJobs")}
+    return {"from": "base_model", "model": o.start_model}
+
+
+def describe_start(start: dict[str, str]) -> str:
+    if start["from"] == "warm_start_from":
+        return f"warm start from {start['model']} (training_config.warm_start_from)"
+    if start["from"] == "source_job":
+        return (f"warm start from the output model of {start['job']} (read through the SDK before anything is "
+                "created; training_config.warm_start_from)")
+    return f"base model {start['model']} (training_config.base_model)"
 
 
 def _check_project(o: LaunchOptions, entry: str, project_dir: Path, notes: list[str]) -> None:
@@ -122,11 +157,7 @@ def _check_project(o: LaunchOptions, entry: str, project_dir: Path, notes: list[
 
 
 def _epochs(o: LaunchOptions, notes: list[str]) -> tuple[int, int]:
-    """(dataset epochs, training epochs) of the epoch mode."""
-    if o.rows < 1 or o.epochs < 1:
-        raise LaunchError("--rows and --epochs must be >= 1")
-    if o.epoch_mode not in EPOCH_MODES:
-        raise LaunchError(f"--epoch-mode {o.epoch_mode!r}: expected one of {', '.join(EPOCH_MODES)}")
+    """(dataset epochs, training epochs) of the epoch mode (values checked by :func:`option_problems`)."""
     if o.epoch_mode == "fresh":
         epochs = (o.epochs, 1)
     else:
@@ -139,12 +170,31 @@ def _epochs(o: LaunchOptions, notes: list[str]) -> tuple[int, int]:
     return epochs
 
 
+# where a source job's output model goes before it is read (the dry run shows this; the mock answers it)
+SOURCE_JOB_MODEL = "{account}/models/<output model of {job_id}, read at launch>"
+
+
+def source_job_model(job: str) -> str:
+    """The stand-in for the output model of ``job`` (``accounts/<a>/reinforcementFineTuningJobs/<id>``)."""
+    account, job_id = job.rsplit("/reinforcementFineTuningJobs/", 1)
+    return SOURCE_JOB_MODEL.format(account=account, job_id=job_id)
+
+
 def job_kwargs(o: LaunchOptions, arm: Arm, tag: str, stem: str, train_epochs: int, env: Mapping[str, str],
-               notes: list[str]) -> dict[str, Any]:
-    """The ``reinforcement_fine_tuning_jobs.create`` arguments (less dataset and evaluator)."""
-    training = {"base_model": check_base_model(o.base_model), "epochs": train_epochs, "learning_rate": o.learning_rate,
-                "output_model": resource_id(o.output_model or stem)}
-    for k in ("lora_rank", "max_context_length", "batch_size"):
+               notes: list[str], start: dict[str, str] | None = None,
+               evaluation: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ``reinforcement_fine_tuning_jobs.create`` arguments (less dataset and evaluator; the evaluation
+    dataset's name is set by :func:`build_plan`). A ``source_job`` start is a warm start whose model
+    :func:`~spectrum_rft.tools.launch.execute.execute` reads from the job before any request creates anything."""
+    start = start or {"from": "base_model", "model": o.start_model}
+    training: dict[str, Any] = {}
+    if start["from"] == "base_model":
+        training["base_model"] = start["model"]
+    else:
+        training["warm_start_from"] = start.get("model") or source_job_model(start["job"])
+    training |= {"epochs": train_epochs, "learning_rate": o.learning_rate,
+                 "output_model": resource_id(o.output_model or stem)}
+    for k in ("lora_rank", "max_context_length", "batch_size", "learning_rate_warmup_steps"):
         if getattr(o, k) is not None:
             training[k] = getattr(o, k)
     inference: dict[str, Any] = {"temperature": o.temperature, "max_output_tokens": o.max_output_tokens,
@@ -164,9 +214,14 @@ def job_kwargs(o: LaunchOptions, arm: Arm, tag: str, stem: str, train_epochs: in
     job: dict[str, Any] = {"display_name": f"spectrum {arm.name} {tag}", "training_config": training,
                            "inference_parameters": inference, "loss_config": loss,
                            "max_concurrent_rollouts": o.max_concurrent_rollouts}
+    for k in ("max_concurrent_evaluations", "node_count", "mcp_server"):
+        if getattr(o, k) is not None:
+            job[k] = getattr(o, k)
+    if (evaluation or {}).get("mode") == "carveout":
+        job["eval_auto_carveout"] = True
     chunk = o.chunk_size if o.chunk_size is not None else (o.rows if o.epoch_mode == "fresh" else 0)
     if chunk:
-        job["chunk_size"] = chunk
+        job["chunk_size"] = min(chunk, 10_000)
     if o.wandb_project:
         wandb: dict[str, Any] = {"enabled": True, "project": o.wandb_project}
         if o.wandb_entity:
@@ -181,8 +236,22 @@ def job_kwargs(o: LaunchOptions, arm: Arm, tag: str, stem: str, train_epochs: in
     return job
 
 
+def _evaluation(o: LaunchOptions, account: str) -> dict[str, Any]:
+    """How the job evaluates while it trains: fresh held-out bands (default), the platform's carve-out, an
+    uploaded evaluation dataset, or not at all (``--eval-rows 0``)."""
+    if o.evaluation_dataset:
+        return {"mode": "dataset", "dataset": qualified(o.evaluation_dataset, account, "datasets")}
+    if o.eval_auto_carveout:
+        return {"mode": "carveout"}
+    n = DEFAULTS["eval_rows"] if o.eval_rows is None else o.eval_rows
+    if n == 0:
+        return {"mode": "none"}
+    return {"mode": "heldout", "rows": n, "salt": o.eval_salt if o.eval_salt is not None else default_eval_salt(o.salt)}
+
+
 def build_plan(o: LaunchOptions, env: Mapping[str, str] | None = None) -> Plan:
-    """Validate the options and decide every id, row and request body (``env``: default os.environ)."""
+    """Validate the options and decide every id, row and request body (``env``: default os.environ). Every
+    mistake is found before any request: one line each, all of them in one :class:`LaunchError`."""
     from spectrum_rft.rollouts import dataset as msd  # noqa: PLC0415
     from spectrum_rft.task.config import MEMORY_MODES  # noqa: PLC0415
 
@@ -192,7 +261,9 @@ def build_plan(o: LaunchOptions, env: Mapping[str, str] | None = None) -> Plan:
     arm = ARMS[o.arm]
     if arm.memory_mode not in MEMORY_MODES:
         raise LaunchError(f"arm {arm.name}: memory mode {arm.memory_mode!r} is not supported by this checkout")
-    check_base_model(o.base_model)  # before the rows are drawn: one line, no work
+    problems = option_problems(o)  # before the rows are drawn: no work
+    if problems:
+        raise LaunchError("\n".join(problems))
     notes: list[str] = []
     account = _account(o, env, notes)
     base_url = (o.base_url or env.get("FIREWORKS_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
@@ -211,11 +282,15 @@ def build_plan(o: LaunchOptions, env: Mapping[str, str] | None = None) -> Plan:
         raw = msd.make_rows(o.rows, prompt=arm.prompt, memory_mode=arm.memory_mode, preset=o.preset,
                             reward=o.reward, think=o.think, epochs=dataset_epochs, salt=o.salt, prefix=o.prefix)
         rows = [msd.to_evaluation_row_dict(r) for r in raw]
-    job = job_kwargs(o, arm, tag, stem, train_epochs, env, notes)
+    start = start_of(o, account)
+    evaluation = _evaluation(o, account)
+    eval_rows = _heldout(o, arm, evaluation, rows, notes)
+    context = _context(o, arm, rows or eval_rows, problems)
+    if problems:
+        raise LaunchError("\n".join(problems))
+    job = job_kwargs(o, arm, tag, stem, train_epochs, env, notes, start, evaluation)
 
-    reuse_dataset = o.reuse_dataset
-    if reuse_dataset and not reuse_dataset.startswith("accounts/"):
-        reuse_dataset = f"accounts/{account}/datasets/{resource_id(reuse_dataset)}"
+    reuse_dataset = qualified(o.reuse_dataset, account, "datasets") if o.reuse_dataset else None
     plan = Plan(arm=arm, account_id=account, base_url=base_url, entry=entry, project_dir=project_dir,
                 dataset_id=resource_id(o.dataset_id or stem), dataset_path=dataset_path,
                 dataset_rows=len(rows) if rows else o.rows * dataset_epochs, dataset_epochs=dataset_epochs,
@@ -223,14 +298,53 @@ def build_plan(o: LaunchOptions, env: Mapping[str, str] | None = None) -> Plan:
                 evaluator_id=resource_id(o.evaluator_id or evaluator_id_for(entry)),
                 reuse_evaluator=o.reuse_evaluator, evaluator_timeout=o.evaluator_timeout,
                 job_id=resource_id(o.job_id) if o.job_id else None, job_kwargs=job, epoch_mode=o.epoch_mode,
-                notes=notes, dataset=rows)
+                start=start, evaluation=evaluation, context=context, notes=notes, dataset=rows,
+                eval_dataset=eval_rows, eval_dataset_id=resource_id(f"{o.dataset_id or stem}-heldout"))
+    if plan.eval_dataset_name:
+        job["evaluation_dataset"] = plan.eval_dataset_name
     if not o.reuse_evaluator:
-        plan.tarball, plan.source = source_bundle(project_dir, exclude=[dataset_path])
+        plan.tarball, plan.source = source_bundle(project_dir, exclude=[dataset_path, plan.eval_dataset_path])
         _check_source(o, entry, plan.source, notes)
         if len(plan.tarball) > TAR_WARN_BYTES:
             notes.append(f"WARNING: the evaluator tarball is {len(plan.tarball) / 2**20:.0f} MiB; untrack large "
                          "files (git rm --cached)")
     return plan
+
+
+def _heldout(o: LaunchOptions, arm: Arm, evaluation: dict[str, Any], rows: list[dict], notes: list[str]) -> list[dict]:
+    """The held-out rows, their bands checked disjoint from every training row's (refused otherwise)."""
+    if evaluation["mode"] != "heldout":
+        if evaluation["mode"] == "carveout":
+            notes.append("evaluation: the platform carves evaluation rows out of the training dataset "
+                         "(eval_auto_carveout): they are training-distribution bands, not fresh ones")
+        return []
+    out = heldout_rows(evaluation["rows"], prompt=arm.prompt, memory_mode=arm.memory_mode, preset=o.preset,
+                       reward=o.reward, think=o.think, salt=evaluation["salt"], prefix=o.prefix)
+    if rows:
+        shared = shared_bands(band_fingerprints(rows), band_fingerprints(out))
+        if shared:
+            raise LaunchError(f"{len(shared)} held-out row(s) play a training row's band (e.g. {shared[0][0]} = "
+                              f"{shared[0][1]}): choose another --eval-salt")
+    else:
+        notes.append("evaluation: the training rows are an uploaded dataset (--reuse-dataset): the held-out bands "
+                     "were not checked against them here")
+    return out
+
+
+def _context(o: LaunchOptions, arm: Arm, rows: list[dict], problems: list[str]) -> ContextNeed | None:
+    """What one episode needs (:mod:`.context`); a ``--max-context-length`` or ``--batch-size`` below it is a
+    problem. None when there is no row to play (an uploaded dataset and no held-out rows)."""
+    if not rows:
+        return None
+    need = episode_need(rows[0], o.max_output_tokens)
+    what = (f"a windowed {arm.memory_mode} episode of arm {arm.name} needs ~{need.total} tokens ({need.prompt_tokens} "
+            f"of window and tools" + (f", {need.notepad_tokens} of notepad" if need.notepad_tokens else "")
+            + f", {need.output_tokens} of output)")
+    if o.max_context_length is not None and o.max_context_length < need.total:
+        problems.append(f"--max-context-length {o.max_context_length}: {what}")
+    if o.batch_size is not None and o.batch_size < need.total:
+        problems.append(f"--batch-size {o.batch_size} (tokens per packed batch) cannot hold one episode: {what}")
+    return need
 
 
 def _check_source(o: LaunchOptions, entry: str, source: dict[str, Any], notes: list[str]) -> None:
@@ -252,10 +366,14 @@ def _check_source(o: LaunchOptions, entry: str, source: dict[str, Any], notes: l
 
 def write_dataset(plan: Plan, folder: Path | None = None) -> Path | None:
     """Write the plan's dataset rows (what the dataset step uploads) to ``plan.dataset_path``, or into ``folder``
-    under the same name (a temporary folder: the launch keeps nothing unless asked); None when the plan reuses
-    an uploaded dataset."""
+    under the same name (a temporary folder: the launch keeps nothing unless asked), and the held-out rows
+    beside them (``<name>-heldout.jsonl``); returns the training rows' file, None when the plan reuses an
+    uploaded dataset."""
     from spectrum_rft.rollouts.dataset import write_jsonl  # noqa: PLC0415
 
+    if plan.eval_dataset:
+        where = plan.eval_dataset_path if folder is None else folder / plan.eval_dataset_path.name
+        plan.eval_dataset_file = write_jsonl(plan.eval_dataset, where)
     if plan.reuse_dataset:
         return None
     plan.dataset_file = write_jsonl(plan.dataset, plan.dataset_path if folder is None else folder / plan.dataset_path.name)
