@@ -251,6 +251,36 @@ def test_a_completion_record_says_what_it_kept_of_the_echo_and_what_it_added():
     assert copy.metrics()["peaks_added"] == 0 and copy.metrics()["refusals"] == 0
 
 
+def test_echo_kept_beyond_counts_echoed_centres_kept_off_every_current_peak():
+    """Issue 40 item 1's exploration figure: an echoed centre the report keeps counts only when no current peak
+    lies within half a width of it; the memoryless report keeps none, the whole echo keeps every off-peak one;
+    scan-eval's share counts an invalid completion (it keeps nothing) among the scans shown an echo."""
+    from spectrum_rft.training.spectrum.scan_eval import echo_shown, keeps_echo_beyond
+
+    row = {**_rows(1, salt="added")[0], "scan": 6}
+    env, scan = _prefix(row)
+    preset = env._env.preset  # noqa: SLF001
+    half = 0.5 * (preset.report_width or preset.default_width)
+    off = [e for e in scan.echo if all(abs(e - p[0]) > half for p in scan.peaks)]
+    assert off and len(off) < len(scan.echo), "the fixture's echo must hold centres on and off the current peaks"
+    env.submit_report(center_freqs=list(scan.echo))
+    assert env.metrics()["echo_kept_beyond"] == len(off)
+    memoryless = _prefix(row)[0]
+    memoryless.submit_report(**memoryless_report(scan_text(row)))
+    assert memoryless.metrics()["echo_kept_beyond"] == 0
+    assert echo_shown({"prompt": [{"role": "user", "content": scan_text(row)}]})
+    assert not echo_shown({"prompt": [{"role": "user", "content": scan_text({**row, "scan": 1})}]})
+    records = [{"echo_shown": True, "echo_kept_beyond": 2}, {"echo_shown": True, "echo_kept_beyond": 0},
+               {"echo_shown": False, "echo_kept_beyond": 0}, {"echo_shown": True, "echo_kept_beyond": 0}]
+    assert keeps_echo_beyond(records) == pytest.approx(1 / 3) and keeps_echo_beyond(records[2:3]) is None
+
+
+def scan_text(row: dict) -> str:
+    from spectrum_rft.training.spectrum.trl_env import scan_prompt
+
+    return scan_prompt(row)[-1]["content"]
+
+
 def test_a_channel_with_room_the_echo_of_accumulate_12_never_fills_the_report():
     """Issue 40 item 2: scans 1..k-1 played by ``accumulate`` leave the echo at the region cap in a large share
     of scan episodes (no room for "echo + the new peaks"); ``accumulate-12`` keeps the 12 most often seen, so

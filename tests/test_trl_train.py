@@ -37,7 +37,7 @@ def lora_tensors(run: Path) -> dict:
 def sft_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("trl") / "sft"
     assert R.sft_main(["--out", str(out), "--rows", "2", "--batch-size", "2", "--epochs", "6", "--lr", "2e-3",
-                       "--eval-scans", "2", *SMALL]) == 0
+                       "--eval-scans", "2", "--save-every", "3", *SMALL]) == 0
     return out
 
 
@@ -65,6 +65,10 @@ def test_sft_records_a_run_and_moves_lora(sft_run):
         assert 0.0 <= e["valid"] <= 1.0 and 0.0 <= e["score"] <= 1.0
     records = json.loads((sft_run / "scan_eval_T1.json").read_text())["records"]
     assert len(records) == 2 and all(r["completion"] for r in records)
+    # --save-every 3: the adapter at steps 3 and 6, each kept, so a curve of checkpoints can be evaluated
+    saved = sorted((sft_run / "trl").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    assert [p.name for p in saved] == ["checkpoint-3", "checkpoint-6"]
+    assert all((p / "adapter_model.safetensors").is_file() for p in saved)
 
 
 def test_a_recorded_warm_start_is_restored_exactly(sft_run, tmp_path):

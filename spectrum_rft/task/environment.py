@@ -430,9 +430,11 @@ class SpectrumEnv:
         echo_kept = sum(1 for e in echo if _near(now, e, self.config.carry_tolerance))
         peaks, echoed = sorted(p.freq for p in scan.peaks), sorted(echo)
         added = sum(1 for c in now if _near(peaks, c, self._half_width()) and not _near(echoed, c, self.config.carry_tolerance))
+        kept_beyond = sum(1 for e in echo if _near(now, e, self.config.carry_tolerance) and not _near(peaks, e, self._half_width()))
         s.records.append(
             sr.ScanRecord(s.scan + 1, reward, sc.occ, sc.avail, skipped, len(centres), len(dormant_seen), covered,
-                          len(s.prev_report), kept, len(echo), echo_kept, sc.match, current_part, peaks_added=added)
+                          len(s.prev_report), kept, len(echo), echo_kept, sc.match, current_part, peaks_added=added,
+                          echo_kept_beyond=kept_beyond)
         )
         s.seen.update(scan.detected)
         s.prev_report = now

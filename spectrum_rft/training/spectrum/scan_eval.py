@@ -79,15 +79,32 @@ def evaluate(model_dir: str | Path, *, arm: str = "weak-scaffold", scans: int = 
                             "gain_valid": m["gain_vs_memoryless"] if valid else None,
                             "echo_copy": m["echo_copy"] if valid else None,
                             "beyond_current": m["beyond_current"],
+                            "echo_shown": echo_shown(row), "echo_kept_beyond": m["echo_kept_beyond"],
                             "completion": tok.decode(c, skip_special_tokens=False)[:500]})
         done, spent = len(records), time.time() - t0
         print(f"scan-eval: {done}/{len(rows)} scans, {spent:.0f} s, ~{spent / done * (len(rows) - done):.0f} s left",
               file=sys.stderr, flush=True)
     summary = {k: mean(float(r[k]) if r[k] is not None else None for r in records) for k in SUMMARY_KEYS}
+    summary["keeps_echo_beyond"] = keeps_echo_beyond(records)
     return {"arm": arm, "scans": len(records), "temperature": temperature, "constrained": constrained, "salt": salt,
             "echo_history": echo_history, "engine": "transformers" if engine is None else "vllm",
             "device": str(next(model.parameters()).device) if engine is None else "vllm",
             "seconds": round(time.time() - t0, 1), **summary, "records": records}
+
+
+def keeps_echo_beyond(records: list[dict]) -> float | None:
+    """Exploration (issue 40 item 1): the share of the scans shown a non-empty echo whose completion keeps at
+    least one echoed centre that is not a current peak (the env's ``echo_kept_beyond``; an invalid completion
+    keeps nothing and counts); None without such scans."""
+    return mean(float(r["echo_kept_beyond"] > 0) for r in records if r["echo_shown"])
+
+
+def echo_shown(row: dict) -> bool:
+    """Whether the row's scan (its text in the prompt's last message) shows a non-empty echo."""
+    from spectrum_rft.task.scan_format import parse_scan  # noqa: PLC0415
+
+    scan = parse_scan(row["prompt"][-1]["content"])
+    return bool(scan is not None and scan.echo)
 
 
 def torch_device(name: str) -> Any:
@@ -212,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"scan-eval {a.model} arm {a.arm} T={t:g}{' constrained' if a.constrained else ''}: {r['scans']} scans, "
               f"valid {fmt['valid']}, score {fmt['score']}, gain vs memoryless {fmt['gain_vs_memoryless']} "
               f"(valid only {fmt['gain_valid']}), echo_copy {fmt['echo_copy']}, beyond_current "
-              f"{fmt['beyond_current']} [{r['seconds']} s]")
+              f"{fmt['beyond_current']}, keeps an echoed non-peak centre "
+              f"{'n/a' if r['keeps_echo_beyond'] is None else format(r['keeps_echo_beyond'], '.3f')} [{r['seconds']} s]")
     if a.out:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         Path(a.out).write_text(json.dumps({"model": a.model, "results": results}, indent=1))

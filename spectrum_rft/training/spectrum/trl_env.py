@@ -125,6 +125,7 @@ def scan_metrics(env: SpectrumEnv, scan: int, reference: float | None = None) ->
         echo_copy=(rec["echo_kept"] / rec["echo_shown"]) if rec and rec["echo_shown"] else None,
         echo_kept=rec["echo_kept"] if rec else 0,
         peaks_added=rec["peaks_added"] if rec else 0,
+        echo_kept_beyond=rec["echo_kept_beyond"] if rec else 0,
         refusals=int((m["faults"] or {}).get("invalid_report", 0)),
         memoryless_reward=reference,
         gain_vs_memoryless=None if reference is None else reward - reference,

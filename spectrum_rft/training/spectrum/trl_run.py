@@ -81,6 +81,7 @@ class SftConfig(Common):
     salt: str = "sft"
     eval_scans: int = 0  # after training: the model on N held-out scan episodes (spectrum-rft scan-eval), T=1 and 0.7
     eval_constrained: bool = False  # ... sampled under the tool-call grammar (default: free, the format's own rate)
+    save_every: int = 0  # the LoRA adapter (and optimiser state) every N steps under OUT/trl/checkpoint-N, each kept (0: none)
     from_adapter: str = ""  # no training: OUT/model rebuilt from --model and this recorded LoRA adapter (a warm start restored)
 
     def check(self) -> None:
@@ -88,8 +89,8 @@ class SftConfig(Common):
         for name in ("rows", "epochs", "batch_size", "max_length"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
-        if self.eval_scans < 0:
-            raise ValueError("eval_scans must be >= 0")
+        if self.eval_scans < 0 or self.save_every < 0:
+            raise ValueError("eval_scans and save_every must be >= 0")
 
 
 SAMPLERS = ("trl", "group")
@@ -192,7 +193,10 @@ def run_sft(cfg: SftConfig) -> dict:
     tok = load_tokenizer(model_dir)
     args = SFTConfig(output_dir=str(out / "trl"), use_cpu=cfg.use_cpu, num_train_epochs=cfg.epochs,
                      per_device_train_batch_size=cfg.batch_size, learning_rate=cfg.lr, assistant_only_loss=True,
-                     max_length=cfg.max_length, logging_steps=1, report_to=[], save_strategy="no", seed=cfg.seed,
+                     max_length=cfg.max_length, logging_steps=1, report_to=[], seed=cfg.seed,
+                     # --save-every N: the LoRA adapter every N steps, each kept (OUT/trl/checkpoint-N): a curve
+                     # of checkpoints that `sft --from-adapter` turns into models
+                     save_strategy="steps" if cfg.save_every else "no", save_steps=cfg.save_every or 1,
                      bf16=cfg.bf16, gradient_checkpointing=cfg.gradient_checkpointing, disable_tqdm=True)
     model = load_model(model_dir)
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(convs),
