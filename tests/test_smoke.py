@@ -88,5 +88,11 @@ def test_smoke_runs_every_stage(tmp_path, capsys, monkeypatch):
     summary = json.loads((out / "eval" / "summary.json").read_text())
     m = summary["models"]["openai/spectrum-hf"]
     assert m["rows_errored"] == 0 and m["scans_total"] == 12, m
+    for stage, folder in (("sft", "sft"), ("train", "grpo")):  # the libraries' warnings: the run's log, not the output
+        said = (out / f"{stage}.log").read_text()
+        assert "FutureWarning" not in said and "Loading weights" not in said, said[-2000:]
+        assert "training: steps 1-1 started" in said or stage == "sft"
+        if (out / folder / "warnings.log").exists():
+            assert f"kept in {out / folder / 'warnings.log'}" in said
     record = json.loads((out / "smoke.json").read_text())
     assert set(record["stages"]) == {"sft", "train", "serve-hf", "eval"} and record["requests"] == len(requests)

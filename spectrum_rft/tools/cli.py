@@ -7,6 +7,8 @@ import importlib
 import os
 import sys
 
+from spectrum_rft.common.quiet import library_warnings_kept, log_path
+
 # litellm fetches its model cost map over the network at import unless this is set; offline the failed fetch
 # has been seen to race a lazy import in a background thread and kill the import (issue 29). The command
 # and every process it starts use the map bundled with litellm, unless the user chose otherwise.
@@ -49,9 +51,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"spectrum-rft: unknown command {cmd!r}\n\n{usage()}", file=sys.stderr)
         return 2
     module, func = COMMANDS[cmd][0].split(":")
-    mod = importlib.import_module(module)
     try:
-        return int(getattr(mod, func)(rest) or 0)
+        with library_warnings_kept(log_path(rest, cmd)):  # torch/transformers/pydantic warnings: the log, not the screen
+            return int(getattr(importlib.import_module(module), func)(rest) or 0)
     except KeyboardInterrupt:  # a command that does not handle Ctrl-C itself: one line, no traceback
         print(f"spectrum-rft {cmd}: interrupted", file=sys.stderr)
         return 130

@@ -91,13 +91,18 @@ def start_process(cfg: RunConfig):
     """Torch's CPU threads and this process's place among several (accelerate's ``PartialState``; ``cpu=True``
     so torchrun/accelerate processes on CPU count too). TRL's "experimental" banner for
     ``environment_factory``/``rollout_func`` is silenced here, the one place: its own switch, read when a
-    trainer is built."""
+    trainer is built; so are the progress bars of writing weights and of preparing datasets
+    (transformers' and datasets' own switches: the step lines say where a run is)."""
     import os  # noqa: PLC0415
 
+    import datasets  # noqa: PLC0415
     import torch  # noqa: PLC0415
+    import transformers  # noqa: PLC0415
     from accelerate import PartialState  # noqa: PLC0415
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    transformers.utils.logging.disable_progress_bar()  # writing weights (loading: load_model)
+    datasets.disable_progress_bars()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     return PartialState(cpu=cfg.use_cpu)
@@ -308,8 +313,9 @@ def step_line(step: int, total: int, first: int, spent: float) -> str:
 
 
 def log_callback(path: Path):
-    """TRL's log lines appended to ``path`` by the main process (every process sees ``on_log``), and one
-    progress line per optimiser step on stderr (:func:`step_line`)."""
+    """TRL's log lines appended to ``path`` by the main process (every process sees ``on_log``), one line on
+    stderr when training starts (the model and data are ready: a step takes minutes on a CPU, and nothing
+    else is said until the first one ends) and one per optimiser step (:func:`step_line`)."""
     from transformers import TrainerCallback  # noqa: PLC0415
 
     class LogToJsonl(TrainerCallback):
@@ -317,6 +323,9 @@ def log_callback(path: Path):
 
         def on_train_begin(self, args, state, control, **kwargs):  # noqa: ANN001
             self.start, self.first = time.monotonic(), state.global_step
+            if state.is_world_process_zero:
+                print(f"training: steps {state.global_step + 1}-{state.max_steps} started; a line as each ends",
+                      file=sys.stderr, flush=True)
 
         def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001
             if state.is_world_process_zero:
@@ -355,10 +364,12 @@ def merge_adapter(model_dir: Path | str, adapter: Path | str, out: Path) -> None
 
 
 def load_model(model_dir: Path | str):
+    """The checkpoint in float32, loaded without transformers' progress bar (a command's lines say what it does)."""
     import torch  # noqa: PLC0415
-    from transformers import AutoModelForCausalLM  # noqa: PLC0415
+    import transformers  # noqa: PLC0415
 
-    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    transformers.utils.logging.disable_progress_bar()
+    return transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
 
 
 RECORD_LOGS = ("metrics.jsonl", "rollouts.jsonl", "eval.jsonl", "summary.json")  # appended during a run

@@ -95,9 +95,10 @@ class HfChatModel:
     def __init__(self, model_dir: str | Path, threads: int = 0, *, grammar: bool = False,
                  engine: str = "transformers", vllm_memory: float = EVAL_MEMORY) -> None:
         import torch  # noqa: PLC0415
-        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415
+        from transformers import AutoConfig, AutoTokenizer  # noqa: PLC0415
 
         from spectrum_rft.training.chat_template import with_tool_template  # noqa: PLC0415
+        from spectrum_rft.training.trl_common import load_model  # noqa: PLC0415
 
         if engine not in ENGINES:
             raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
@@ -109,7 +110,7 @@ class HfChatModel:
             self.vllm = VllmEngine(model_dir, self.tok, memory_fraction=vllm_memory)
             self.config = AutoConfig.from_pretrained(model_dir)
         else:
-            self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+            self.model = load_model(model_dir).eval()
             self.config = self.model.config
         self.max_len = getattr(self.config, "max_position_embeddings", 8192)
         self.lock = threading.Lock()

@@ -1,0 +1,103 @@
+"""Library warnings out of a command's output, kept in a log.
+
+Deprecation and other warnings that torch, transformers, TRL, pydantic or litellm raise about their own code
+(``FutureWarning: `gradient_checkpointing` is deprecated ...``) are not the user's business while a command
+runs: :func:`library_warnings_kept` writes each one to a log file instead of stderr and, at the end, says in
+one line how many there were and where they are. A warning raised from this package's own code is shown as
+usual. Nothing is switched at import: the ``spectrum-rft`` dispatcher wraps each command in it.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, TextIO
+
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # spectrum_rft/
+LOG_NAME = "warnings.log"
+
+
+def is_ours(filename: str) -> bool:
+    """Whether a warning was raised from this package's own code (it is then shown, not logged)."""
+    try:
+        return Path(filename).resolve().is_relative_to(PACKAGE_DIR)
+    except (OSError, ValueError):
+        return False
+
+
+@dataclass
+class KeptWarnings:
+    """The library warnings of one command: how many, of which categories, and the log holding them."""
+
+    log: Path
+    count: int = 0
+    categories: dict[str, int] = field(default_factory=dict)
+    _file: TextIO | None = None
+
+    def keep(self, text: str, category: type) -> None:
+        self.count += 1
+        self.categories[category.__name__] = self.categories.get(category.__name__, 0) + 1
+        try:
+            if self._file is None:
+                self.log.parent.mkdir(parents=True, exist_ok=True)
+                self._file = self.log.open("a", encoding="utf-8")
+            self._file.write(text)
+            self._file.flush()
+        except OSError:  # a log that cannot be written never stops the command: the warning goes to stderr
+            sys.stderr.write(text)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def summary(self) -> str | None:
+        """One line, or None when no library warned."""
+        if not self.count:
+            return None
+        kinds = ", ".join(f"{n} {k}" for k, n in sorted(self.categories.items(), key=lambda kv: -kv[1]))
+        return f"({self.count} library warning{'s' if self.count != 1 else ''} ({kinds}) kept in {self.log})"
+
+
+def log_path(argv: list[str], command: str) -> Path:
+    """Where a command's library warnings go: ``warnings.log`` in its ``--out`` folder when it has one
+    (``--out DIR`` or ``--out=DIR``), else ``~/.cache/spectrum-rft/logs/<command>.log`` (the last run's)."""
+    for i, a in enumerate(argv):
+        if a == "--out" and i + 1 < len(argv) and argv[i + 1] and not argv[i + 1].startswith("-"):
+            return Path(argv[i + 1]) / LOG_NAME
+        if a.startswith("--out=") and len(a) > len("--out="):
+            return Path(a[len("--out="):]) / LOG_NAME
+    return Path.home() / ".cache" / "spectrum-rft" / "logs" / f"{command}.log"
+
+
+@contextmanager
+def library_warnings_kept(log: Path, stream: TextIO | None = None) -> Iterator[KeptWarnings]:
+    """Within the block, every warning shown from outside this package goes to ``log`` (appended, opened at
+    the first one); ours are shown on ``stream`` (stderr) as usual. At the end, one line on ``stream`` says
+    how many were kept and where (nothing when there were none)."""
+    out = stream if stream is not None else sys.stderr
+    kept = KeptWarnings(log)
+    with warnings.catch_warnings():
+        shown = warnings.showwarning
+
+        def showwarning(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001
+            if is_ours(filename) or file is not None:
+                shown(message, category, filename, lineno, file, line)
+                return
+            kept.keep(warnings.formatwarning(message, category, filename, lineno, line), category)
+
+        warnings.showwarning = showwarning
+        try:
+            yield kept
+        finally:
+            kept.close()
+            said = kept.summary()
+            if said:
+                try:
+                    out.write(said + "\n")
+                    out.flush()
+                except (OSError, ValueError):
+                    pass
