@@ -55,6 +55,51 @@ def test_serve_hf_logs_each_request_on_one_line(capsys):
     assert err[1].startswith("serve-hf: request 400") and "messages must be a non-empty list" in err[1]
 
 
+class Slow(Canned):
+    def __init__(self) -> None:
+        self.started = threading.Event()
+
+    def complete(self, body: dict) -> dict:
+        self.started.set()
+        import time
+
+        time.sleep(0.5)  # the client is gone by now
+        return super().complete(body)
+
+
+def test_serve_hf_says_in_one_line_when_the_client_did_not_wait(capsys):
+    """A client that gave up (its timeout shorter than the reply took) gets no traceback in the server's log:
+    the request's line and one line saying the reply was not delivered; the server goes on serving."""
+    import socket
+    import struct
+
+    model = Slow()
+    server = make_server(model, "spectrum-hf")
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    try:
+        body = json.dumps({"messages": [{"role": "user", "content": "hi"}]}).encode()
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        assert model.started.wait(10)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # reset, as a killed client
+        s.close()
+        import time
+
+        err, deadline = "", time.monotonic() + 10
+        while "not delivered" not in err and time.monotonic() < deadline:
+            time.sleep(0.1)
+            err += capsys.readouterr().err
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=10) as r:  # still serving
+            assert r.status == 200
+    finally:
+        server.shutdown()
+        server.server_close()
+    err += capsys.readouterr().err
+    assert "serve-hf: request 200" in err and "the client had gone" in err and "Traceback" not in err, err
+
+
 def test_smoke_config_is_refused_in_one_line(tmp_path, capsys):
     bad = tmp_path / "s.toml"
     bad.write_text('[train]\nmodel = "x"\n')

@@ -245,7 +245,12 @@ def make_server(model: HfChatModel, name: str, port: int = 0) -> ThreadingHTTPSe
             except Exception as e:  # noqa: BLE001 (a server error is reported, the server stays up)
                 code, payload = 500, {"error": {"message": f"{type(e).__name__}: {e}", "type": "server_error"}}
             print(request_line(code, payload, time.monotonic() - t0), file=sys.stderr, flush=True)
-            self._send(code, payload)
+            try:
+                self._send(code, payload)
+            except (BrokenPipeError, ConnectionResetError):  # the client stopped waiting: one line, no traceback
+                print("serve-hf: that reply was not delivered: the client had gone (its timeout is shorter than "
+                      "the reply took, or it was stopped)", file=sys.stderr, flush=True)
+                self.close_connection = True
 
         def log_message(self, *args: Any) -> None:  # quiet
             pass
