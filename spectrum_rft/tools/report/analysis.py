@@ -10,6 +10,7 @@ from typing import Any, Sequence
 from spectrum_rft.common.stats import first_last, linear_fit, mean, standard_error
 from spectrum_rft.rollouts.failures import no_result
 
+from .heldout import analyze as analyze_heldout, compare as compare_heldout
 from .checks import check_freshness, check_integrity
 from .load import Loaded, dedupe, split_by_model
 from .table import build_table
@@ -169,16 +170,38 @@ def pick_pairs(runs: dict[str, dict], control: str | None) -> list[tuple[str, st
     return [(names[0], names[1])]
 
 
+def _heldout(analyzed: dict[str, dict], rows: dict[str, list[Rollout]], held: dict[str, list[Rollout]], group_by: str,
+             pairs: list[tuple[str, str]], notes: list[str]) -> dict[str, Any]:
+    """The held-out figures of every run that has them (:mod:`.heldout`: the evaluation rows of a launch, placed at the
+    training group in progress when they were scored), and treatment vs control on them."""
+    out: dict[str, Any] = {"runs": [], "comparisons": []}
+    by = {}
+    for name, hs in held.items():
+        if analyzed[name]["failed"]:
+            continue
+        by[name] = analyze_heldout(name, assign_x(rows[name], group_by), hs) | {"axis": analyzed[name]["axis"]}
+        if by[name]["note"]:
+            notes.append(f"run {name}: {by[name]['note']}")
+        out["runs"].append(by[name])
+    out["comparisons"] = [compare_heldout(by[t], by[c], held[t], held[c]) for t, c in pairs if t in by and c in by]
+    return out
+
+
 def build_report(runs: dict[str, Loaded], group_by: str, control: str | None, notes: list[str]) -> dict:
     notes = list(notes)
     runs = split_by_model(runs, notes)
-    analyzed, rows = {}, {}
+    analyzed, rows, held = {}, {}, {}
     for name, ld in runs.items():
         dedupe(ld)
         if not ld.rollouts:
             raise ReportError(f"run {name}: no scored rows (unscored: {ld.incomplete}, malformed: {len(ld.errors)})")
-        analyzed[name] = analyze_run(name, ld.rollouts, group_by)
-        rows[name] = ld.rollouts
+        train = [r for r in ld.rollouts if not r.heldout]
+        if train and len(train) < len(ld.rollouts):  # held-out rows beside training rows: reported apart
+            held[name] = [r for r in ld.rollouts if r.heldout]
+        else:
+            train = ld.rollouts  # a run of held-out rows alone is read as any rows
+        analyzed[name] = analyze_run(name, train, group_by)
+        rows[name] = train
     report: dict[str, Any] = {"group_by": group_by, "notes": notes, "runs": list(analyzed.values())}
     pairs = pick_pairs(analyzed, control)
     for t, c in pairs:
@@ -191,7 +214,8 @@ def build_report(runs: dict[str, Loaded], group_by: str, control: str | None, no
     report["skipped"] = {"incomplete": sum(ld.incomplete for ld in runs.values()),
                          "malformed": sum(len(ld.errors) for ld in runs.values()),
                          "duplicates": sum(ld.duplicates for ld in runs.values())}
-    report["checks_ok"] = all(c["ok"] for r in analyzed.values() for c in r["checks"])
+    report["heldout"] = _heldout(analyzed, rows, held, group_by, pairs, notes)
+    report["checks_ok"] = all(c["ok"] for r in [*analyzed.values(), *report["heldout"]["runs"]] for c in r["checks"])
     # the per-epoch analysis (trends, halves, the control comparison's slopes) only where there are epochs
     groups = {p[a["axis"]] for a in analyzed.values() for p in a["per_epoch"]}
     report["epoch_analysis"] = len(groups) >= 2

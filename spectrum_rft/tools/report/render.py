@@ -7,6 +7,7 @@ from typing import Sequence
 
 from spectrum_rft.tools.evaluation.render import plot_per_scan
 
+from .heldout import BEFORE_TRAINING, HELDOUT_METRICS
 from .validate import METRICS, TABLE_METRICS
 
 
@@ -79,12 +80,58 @@ def format_text(report: dict) -> str:
         else:
             out.append("  paired: no band seen by both runs")
         out.append("")
+    out += format_heldout(report)
     sk = report["skipped"]
     out.append(f"input: {sk['incomplete']} unscored rows skipped (no evaluation_result), {sk['malformed']} malformed "
                f"rows skipped, {sk['duplicates']} duplicate rollouts merged")
     if report.get("png"):
         out.append(f"png: {report['png']}")
     return "\n".join(out)
+
+
+def _x(axis: str, x: int | None) -> str:
+    if x is None:
+        return "all"
+    return "before" if x == BEFORE_TRAINING else str(x)
+
+
+def format_heldout(report: dict) -> list[str]:
+    """Held-out bands per run (per training epoch in progress when scored: mean ± SE over bands) and treatment vs
+    control on them."""
+    h = report.get("heldout") or {}
+    out: list[str] = []
+    for run in h.get("runs", []):
+        axis = run["axis"]
+        out.append(f"held-out bands of run {run['run']} (scored during the job, never trained on): {run['rollouts']} "
+                   f"rollouts of {run['bands']} bands, by the training {axis} in progress when scored")
+        out.append(f"  {axis:>6} {'rollouts':>8} {'bands':>5}  " + "  ".join(f"{m:>15}" for m in HELDOUT_METRICS))
+        for p in run["per_epoch"]:
+            cells = [(_f(p[m], "+.3f" if m == "memory_gain" else ".3f")
+                      + (f" ± {p[m + '_se']:.3f}" if p[m + "_se"] is not None else "")) for m in HELDOUT_METRICS]
+            out.append(f"  {_x(axis, p['x']):>6} {p['rollouts']:>8} {p['bands']:>5}  "
+                       + "  ".join(f"{c:>15}" for c in cells))
+        slopes = [f"{m} {t['slope']:+.4f}" if (t := run["trend"][m]) else f"{m} n/a" for m in HELDOUT_METRICS]
+        out.append(f"  least-squares slope per {axis}: " + "; ".join(slopes))
+        for c in run["checks"]:
+            out.append(f"  {c['name']}: {'PASS' if c['ok'] else 'FAIL'} ({c['detail']})")
+        out.append("")
+    for cmp in h.get("comparisons", []):
+        out.append(f"held-out control comparison: {cmp['treatment']} (treatment) vs {cmp['control']} (control), "
+                   "treatment vs control (difference)")
+        for p in cmp["per_epoch"]:
+            out.append(f"  {_x('', p['x']):>6}  " + ";  ".join(
+                f"{m} {_f(p[m]['treatment'])} vs {_f(p[m]['control'])} ({_f(p[m]['difference'], '.3f', True)})"
+                for m in HELDOUT_METRICS[1:]))
+        out.append("  slope: " + ";  ".join(
+            f"{m} {_f(d['treatment'], '+.4f')} vs {_f(d['control'], '+.4f')} (diff {_f(d['difference'], '+.4f')})"
+            for m, d in cmp["slopes"].items()))
+        pr = cmp["paired"]
+        n = max(d["bands"] for d in pr.values())
+        out.append(f"  paired over {n} held-out bands both runs saw: " + ";  ".join(
+            f"{m} {_f(d['mean_difference'], '.3f', True)}" + (f" ± {d['se']:.3f}" if d["se"] is not None else "")
+            for m, d in pr.items()))
+        out.append("")
+    return out
 
 
 def _cell(d: dict | None, signed: bool) -> str:

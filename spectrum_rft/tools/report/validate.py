@@ -9,6 +9,7 @@ from typing import Any
 
 from spectrum_rft.rollouts.failures import SKIP_MODEL_FAILURE
 from spectrum_rft.tools.evaluation.summary import error_cause, per_scan_rewards, row_metric
+from spectrum_rft.tools.launch.heldout import is_heldout
 
 METRICS = ("score", "memory_gain", "dormant_recall", "carry_rate")  # the per-epoch analysis
 OPTIONAL_METRICS = METRICS[1:]
@@ -57,6 +58,7 @@ class Rollout:
     source: str = ""  # the input's label (an eval folder's name): ``run`` before a split by model
     per_scan: tuple[float, ...] = ()  # the per-scan rewards (step_outputs, else the env's record)
     table: tuple[tuple[str, float], ...] = ()  # TABLE_METRICS present on the row (eval's own reading)
+    heldout: bool = False  # a held-out evaluation row of a launch (environment_context["split"] == "heldout")
 
 
 def finite(x: Any) -> bool:
@@ -174,7 +176,8 @@ def parse_row(obj: Any, where: str, run: str = "run", input_index: int = 0, seq:
         fingerprint=_fingerprint(spectrum, metrics, where),
         prompt=prompt if isinstance(prompt, str) else None, memory_mode=mode if isinstance(mode, str) else None,
         errored=errored, model=model, cause=error_cause(obj) if errored else None, scans=scans, skipped=skipped,
-        skipped_by_model=by_model, source=run, per_scan=_per_scan(obj), table=_table(obj), **ids)
+        skipped_by_model=by_model, source=run, per_scan=_per_scan(obj), table=_table(obj), heldout=is_heldout(ctx),
+        **ids)
 
 
 def _per_scan(obj: dict) -> tuple[float, ...]:
