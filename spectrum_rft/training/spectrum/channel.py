@@ -35,7 +35,7 @@ from spectrum_rft.common.stats import mean, standard_error
 from spectrum_rft.task.arms import ARMS
 from spectrum_rft.task.memory import memory_mode
 from spectrum_rft.task.environment import env_for_row
-from spectrum_rft.task.reward import match_count
+from spectrum_rft.task.reward import match_count, regions
 from spectrum_rft.task.scan_format import HEADER, parse_scan
 from spectrum_rft.training.spectrum.trl_data import grpo_rows
 from spectrum_rft.training.spectrum.trl_env import ECHO_HISTORIES, memoryless_report, tool_env_for
@@ -68,7 +68,8 @@ def _truth(row_id: str, environment_context: dict) -> list[tuple[float, float]]:
     """The row's transmitters as occupied intervals (its env, reset with the row's seed: the one rule)."""
     env, seed = env_for_row(row_id, {"environment_context": environment_context})
     env.reset(seed=seed)
-    return [(c - w / 2, c + w / 2) for c, w in env.truth()]
+    truth = env.truth()
+    return regions([c for c, _ in truth], [w for _, w in truth])
 
 
 def echo_stats(echoes: list[tuple[list[float], list[tuple[float, float]], int]]) -> dict[str, Any]:
