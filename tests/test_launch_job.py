@@ -184,7 +184,8 @@ def test_a_context_too_short_for_a_windowed_episode_is_refused(server, project, 
                                      "--batch-size", "100"))
     lines = err.strip().splitlines()
     assert rc == 2 and len(lines) == 2, err
-    assert f"--max-context-length {need - 1}: a windowed scaffold episode of arm weak-scaffold needs ~{need}" in lines[0]
+    assert f"--max-context-length {need - 1}: a windowed scaffold episode of arm weak-scaffold needs ~{need}" \
+        in lines[0]
     assert "--batch-size 100 (tokens per packed batch) cannot hold one episode" in lines[1]
     assert _dry(capsys, *_argv(server, project, tmp_path, "--max-context-length", str(need)))[0] == 0
 

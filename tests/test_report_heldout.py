@@ -70,7 +70,8 @@ def _write(rows: list[dict], path: Path) -> Path:
 
 def test_the_fixture_is_what_the_generator_makes(tmp_path):
     for arm in ARMS:
-        assert _write(job_rows(arm), tmp_path / "x.jsonl").read_text() == (FIXTURES / f"heldout_{arm}.jsonl").read_text()
+        made = _write(job_rows(arm), tmp_path / "x.jsonl").read_text()
+        assert made == (FIXTURES / f"heldout_{arm}.jsonl").read_text()
 
 
 def _report(capsys, *argv: str) -> tuple[int, str, str]:

@@ -88,7 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--reuse-dataset", default=None, metavar="ID", help="use an uploaded dataset; skip the step")
     g = ap.add_argument_group("evaluation during the job (one way; docs/LAUNCH.md)")
     g.add_argument("--eval-rows", type=int, default=None, metavar="N", help="held-out rows: N fresh bands of their "
-                   f"own salt, never trained on, uploaded as the job's evaluationDataset (default {DEFAULTS['eval_rows']}"
+                   "own salt, never trained on, uploaded as the job's evaluationDataset "
+                   f"(default {DEFAULTS['eval_rows']}"
                    "; 0: no evaluation)")
     g.add_argument("--eval-salt", default=None, help="the held-out bands' salt (default 'heldout:<--salt>')")
     g.add_argument("--eval-auto-carveout", action="store_true", help="instead: the platform carves evaluation rows "

@@ -63,7 +63,8 @@ def dry_run(plan: Plan, secrets: list[str]) -> list[dict]:
             return httpx.Response(200, json={"name": plan.evaluator_name, "state": "ACTIVE"})
         if request.method == "GET" and "/reinforcementFineTuningJobs/" in path:  # --source-job
             job = plan.start["job"]
-            return httpx.Response(200, json={"name": job, "dataset": "", "evaluator": "", "state": "JOB_STATE_COMPLETED",
+            return httpx.Response(200, json={"name": job, "dataset": "", "evaluator": "",
+                                             "state": "JOB_STATE_COMPLETED",
                                              "trainingConfig": {"outputModel": source_job_model(job)}})
         if path.endswith("/reinforcementFineTuningJobs"):
             jid = plan.job_id or "JOB_ID"
@@ -147,7 +148,8 @@ def firectl_lines(plan: Plan) -> list[str]:
     lines.append("# also set by this launch, firectl flags not verified here: "
                  + json.dumps(rest, separators=(", ", ": ")))
     lines.append("# or eval-protocol's own path to the same job (datasets and evaluator uploaded as above; it "
-                 "validates the evaluator locally first, --skip-validation skips that; docs/LAUNCH.md lists what differs):")
+                 "validates the evaluator locally first, --skip-validation skips that; docs/LAUNCH.md lists what "
+                 "differs):")
     lines.append(eval_protocol_line(plan))
     return lines
 

@@ -1,5 +1,5 @@
-"""Running a plan's steps (source job, dataset, evaluation dataset, evaluator, job) through the fireworks-ai SDK, stopping at the
-first failure with the list of what exists by then."""
+"""Running a plan's steps (source job, dataset, evaluation dataset, evaluator, job) through the fireworks-ai SDK,
+stopping at the first failure with the list of what exists by then."""
 
 from __future__ import annotations
 

@@ -59,7 +59,8 @@ def format_status(job: dict) -> list[str]:
     t = job.get("trainingConfig") or {}
     progress = job.get("jobProgress") or {}
     status = job.get("status") or {}
-    start = f"warm start from {t['warmStartFrom']}" if t.get("warmStartFrom") else f"base model {t.get('baseModel', '?')}"
+    start = f"warm start from {t['warmStartFrom']}" if t.get("warmStartFrom") else \
+        f"base model {t.get('baseModel', '?')}"
     lines = [f"job {job.get('name', '?')}: {job.get('state', 'JOB_STATE_UNSPECIFIED')}"
              + (f" ({job['displayName']})" if job.get("displayName") else "")]
     if status.get("message") or status.get("code"):

@@ -168,7 +168,8 @@ def _start_problems(o: LaunchOptions) -> list[str]:
         return [model_name_problem("--warm-start-from", o.warm_start_from)]
     if o.source_job is not None and not (JOB_ID.fullmatch(o.source_job) or (
             RESOURCE_NAME.fullmatch(o.source_job) and "/reinforcementFineTuningJobs/" in o.source_job)):
-        return [f"--source-job {o.source_job!r}: expected a job id or accounts/<account>/reinforcementFineTuningJobs/<id>"]
+        return [f"--source-job {o.source_job!r}: expected a job id or "
+                "accounts/<account>/reinforcementFineTuningJobs/<id>"]
     return []
 
 
@@ -182,7 +183,8 @@ def model_name_problem(flag: str, name: str) -> str:
 
 
 def _eval_problems(o: LaunchOptions) -> list[str]:
-    ways = [f for f, on in (("--eval-rows", o.eval_rows not in (None, 0)), ("--eval-auto-carveout", o.eval_auto_carveout),
+    ways = [f for f, on in (("--eval-rows", o.eval_rows not in (None, 0)),
+                            ("--eval-auto-carveout", o.eval_auto_carveout),
                             ("--evaluation-dataset", o.evaluation_dataset is not None)) if on]
     if len(ways) > 1:
         return [f"{' and '.join(ways)}: give one way to evaluate during the job (fresh held-out bands, the "
@@ -198,7 +200,8 @@ def _eval_problems(o: LaunchOptions) -> list[str]:
 def _resource_problems(o: LaunchOptions) -> list[str]:
     bad = []
     if o.mcp_server is not None and not RESOURCE_NAME.fullmatch(o.mcp_server):
-        bad.append(f"--mcp-server {o.mcp_server!r}: expected an MCP server resource name accounts/<account>/<kind>/<id>")
+        bad.append(f"--mcp-server {o.mcp_server!r}: expected an MCP server resource name "
+                   "accounts/<account>/<kind>/<id>")
     if o.evaluation_dataset is not None and not (JOB_ID.fullmatch(o.evaluation_dataset) or (
             RESOURCE_NAME.fullmatch(o.evaluation_dataset) and "/datasets/" in o.evaluation_dataset)):
         bad.append(f"--evaluation-dataset {o.evaluation_dataset!r}: expected a dataset id or "

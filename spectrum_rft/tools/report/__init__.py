@@ -8,6 +8,7 @@ One module per job, imports pointing down the list:
 * :mod:`.stats`     least-squares fit with R^2, standard error
 * :mod:`.checks`    group integrity and freshness checks
 * :mod:`.table`     the model table (means ± SE over rows), per-scan curves, paired differences on shared bands
+* :mod:`.heldout`   a job's held-out evaluation rows: placed by training epoch, figures, control comparison
 * :mod:`.analysis`  x-axis, per-epoch means, trends, control comparison, the report dict
 * :mod:`.render`    text and PNG
 * :mod:`.cli`       argparse -> load -> report -> output

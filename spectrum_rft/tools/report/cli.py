@@ -19,6 +19,10 @@ The x-axis (``--group-by``): ``epoch`` (default) = the dataset epoch in the row'
 eval per checkpoint); ``run-id`` = eval-protocol's ``execution_metadata.run_id`` in order of first row;
 ``order:K`` = K equal buckets of rows by ``created_at`` (a training-time proxy).
 
+Held-out evaluation rows of a launch (``environment_context["split"] == "heldout"``) beside training rows are
+reported apart: per run, by the training epoch in progress when they were scored, mean ± SE over bands of score,
+memory_gain, dormant_recall and beyond_current, and treatment vs control on them (docs/LAUNCH.md).
+
 A run whose rollouts all errored, or whose scans were mostly skipped because the model's requests failed
 (a dead endpoint), is shown as FAILED, first, with no figure: its numbers would be empty reports' scores.
 

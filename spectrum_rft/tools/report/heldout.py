@@ -39,7 +39,8 @@ def _ts(s: str | None) -> float | None:
         return None
 
 
-def place(train: Sequence[tuple[int, Rollout]], held: Sequence[Rollout]) -> tuple[list[tuple[int | None, Rollout]], str | None]:
+def place(train: Sequence[tuple[int, Rollout]],
+          held: Sequence[Rollout]) -> tuple[list[tuple[int | None, Rollout]], str | None]:
     """Each held-out rollout with the training group in progress when it was scored (module docstring); a note
     when timestamps are missing."""
     starts: dict[int, float] = {}
