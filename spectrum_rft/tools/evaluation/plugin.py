@@ -1,6 +1,7 @@
 """The pytest plugin of the evaluation child (``-p spectrum_rft.tools.evaluation.plugin``): marks where each
-model's item starts and each scan that closes (for the parent's progress bar), appends every scored row to the run's row stream as it
-is scored (so no death of either process loses a finished row), and ends the child with its parent.
+model's item starts and each scan that closes (for the parent's progress bar), appends every scored row to
+the run's row stream as it is scored (so no death of either process loses a finished row), and ends the
+child with its parent.
 Imported by pytest in the child only; what it does is set by the parent through the child's environment
 (:func:`spectrum_rft.tools.evaluation.runner.child_env`), read once in :func:`pytest_configure`."""
 
@@ -94,7 +95,8 @@ def append_line(path: str | os.PathLike, line: str) -> None:
 
 def pytest_configure(config: Any) -> None:
     """pytest hook, active only in the child: the parent's settings (:data:`MODELS_ENV`, :data:`PARENT_ENV`,
-    :data:`STREAM_ENV`). With a parent, the child ends with it and marks every closed scan (:func:`_mark_scans`). With a stream, every row scored by the entries' one scoring function
+    :data:`STREAM_ENV`). With a parent, the child ends with it and marks every closed scan
+    (:func:`_mark_scans`). With a stream, every row scored by the entries' one scoring function
     (``spectrum_rft.rollouts.row_result.evaluate_row``, which both entries call on each finished rollout) is
     appended to it as ``{"model": label, "row": ...}`` as it is scored.
 
