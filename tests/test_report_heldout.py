@@ -6,7 +6,7 @@ control) is made by :func:`job_rows` below from real local episodes (``SpectrumE
 policies), with launch's own row generators: 3 training rows x 3 fresh epochs x 2 rollouts, and 3 held-out bands
 scored once per evaluation pass, a pass before training and one during each epoch (``created_at`` says when). In
 the treatment arm, more held-out bands are played by the memory-using policy at each pass; the control is
-memoryless throughout. A test regenerates the fixture and compares: it is what the code makes.
+memoryless throughout. A test regenerates the rows and compares them with the fixture (all but the scores).
 """
 
 from __future__ import annotations
@@ -69,9 +69,22 @@ def _write(rows: list[dict], path: Path) -> Path:
 
 
 def test_the_fixture_is_what_the_generator_makes(tmp_path):
+    """Row by row the same rows (ids, contexts, rollout ids, timestamps, statuses), and the held-out bands disjoint
+    from the training bands; the scores are left out (they follow the env's scoring, which may change: rerun
+    :func:`job_rows` into the fixture then)."""
+    def shape(r: dict) -> tuple:
+        return (json.dumps(r["input_metadata"], sort_keys=True), r["created_at"],
+                r["execution_metadata"]["rollout_id"], r["rollout_status"]["code"])
+
     for arm in ARMS:
-        made = _write(job_rows(arm), tmp_path / "x.jsonl").read_text()
-        assert made == (FIXTURES / f"heldout_{arm}.jsonl").read_text()
+        made = job_rows(arm)
+        kept = [json.loads(x) for x in (FIXTURES / f"heldout_{arm}.jsonl").read_text().splitlines()]
+        assert [shape(r) for r in made] == [shape(r) for r in kept]
+        fps = {split: {r["execution_metadata"]["extra"]["spectrum"]["band_fingerprint"] for r in made
+                       if r["input_metadata"]["dataset_info"]["environment_context"].get("split", "train") == split}
+               for split in ("train", "heldout")}
+        assert len(fps["train"]) == N_ROWS * N_EPOCHS and len(fps["heldout"]) == N_HELDOUT
+        assert not fps["train"] & fps["heldout"]
 
 
 def _report(capsys, *argv: str) -> tuple[int, str, str]:
@@ -95,6 +108,21 @@ def test_report_shows_held_out_figures_per_epoch_per_arm_with_the_control(capsys
     assert "held-out bands never trained on: PASS (3 held-out bands, none among 9 training bands)" in out
     assert "held-out control comparison: weak (treatment) vs ctrl (control)" in out
     assert "paired over 3 held-out bands both runs saw: " in out
+
+
+def test_the_curves_show_the_held_out_bands(tmp_path, capsys):
+    from spectrum_rft.tools.report.render import figure
+
+    png = tmp_path / "curves.png"
+    rc, out, _ = _report(capsys, f"weak={FIXTURES / 'heldout_weak.jsonl'}", f"ctrl={FIXTURES / 'heldout_ctrl.jsonl'}",
+                         "--png", str(png), "--json")
+    assert rc == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    fig = figure(json.loads(out))
+    score, memory_gain = fig.axes[0], fig.axes[1]
+    held = {line.get_label(): list(line.get_xdata()) for line in memory_gain.get_lines()
+            if "held-out" in line.get_label()}
+    assert held == {"weak held-out": [-1, 0, 1, 2], "ctrl held-out": [-1, 0, 1, 2]}
+    assert list(score.get_xticks()) == [-1, 0, 1, 2]
 
 
 def test_held_out_json_matches_the_rows(capsys):

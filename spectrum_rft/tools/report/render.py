@@ -189,7 +189,8 @@ MAX_LABELLED_TICKS = 12  # up to this many x values, each gets its own tick
 
 def figure(report: dict):  # noqa: ANN201 (a matplotlib Figure)
     """The figure :func:`plot_png` saves: per-epoch curves of the four metrics, one line per run, dashed
-    least-squares fits; the x ticks are the groups themselves (one epoch: one tick, not -0.045..0.045)."""
+    least-squares fits, and a run's held-out bands as dotted squares (x = -1: before training); the x ticks are
+    the groups themselves (one epoch: one tick, not -0.045..0.045)."""
     import matplotlib  # noqa: PLC0415
 
     matplotlib.use("Agg")  # explicit: a report must never need a display
@@ -211,6 +212,12 @@ def figure(report: dict):  # noqa: ANN201 (a matplotlib Figure)
                 x0, x1 = pts[0][0], pts[-1][0]
                 ax.plot([x0, x1], [t["intercept"] + t["slope"] * x0, t["intercept"] + t["slope"] * x1], "--",
                         color=color, alpha=0.6)
+        for i, run in enumerate((report.get("heldout") or {}).get("runs", [])):  # held-out bands: dotted squares
+            pts = [(p["x"], p[m]) for p in run["per_epoch"] if m in p and p["x"] is not None and p[m] is not None]
+            if pts:
+                ax.plot([a for a, _ in pts], [b for _, b in pts], "s:", color=f"C{i % 10}", alpha=0.8,
+                        label=f"{run['run']} held-out")
+                xs = sorted(set(xs) | {a for a, _ in pts})
         ax.set_title(m)
         if xs and len(xs) <= MAX_LABELLED_TICKS:
             ax.set_xticks(xs)
@@ -220,7 +227,8 @@ def figure(report: dict):  # noqa: ANN201 (a matplotlib Figure)
         ax.set_xlabel(report["runs"][0]["axis"] if report["runs"] else "epoch")
         ax.grid(alpha=0.3)
     axes.flat[0].legend(fontsize="small")
-    fig.suptitle("spectrum-rft report: per-epoch means (dashed: least-squares fit)")
+    held = " ; dotted squares: held-out bands, -1 = before training" if (report.get("heldout") or {}).get("runs") else ""
+    fig.suptitle(f"spectrum-rft report: per-epoch means (dashed: least-squares fit{held})")
     return fig
 
 
