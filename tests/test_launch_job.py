@@ -142,6 +142,15 @@ def test_several_mistakes_are_one_line_each_and_nothing_is_sent(server, project,
     assert len(lines) == 6
 
 
+@pytest.mark.parametrize("argv", [["--arm", "icl", "--node-count", "two"], ["--arm", "nope"], ["--dry-run"],
+                                  ["--status", "j", "--arm", "icl"]])
+def test_a_usage_error_is_one_line(capsys, argv):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and err.startswith("spectrum-rft launch: error: "), err
+
+
 INT_FLAGS = ["--node-count", "--max-concurrent-rollouts", "--max-concurrent-evaluations", "--lora-rank",
              "--max-context-length", "--batch-size", "--learning-rate-warmup-steps", "--eval-rows", "--top-k",
              "--chunk-size", "--rows", "--epochs", "--max-output-tokens", "--response-candidates"]

@@ -56,7 +56,9 @@ from .plan import Plan, build_plan, describe_start, write_dataset
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    from spectrum_rft.tools.evaluation.cli import OneLineParser  # noqa: PLC0415  (a usage error is one line)
+
+    ap = OneLineParser(
         prog="spectrum-rft launch", description=__doc__.split("\n\n")[0],
         epilog="arms: " + "; ".join(f"{a.name} = {a.prompt} + {a.memory_mode}" for a in ARMS.values()))
     ap.add_argument("--arm", choices=list(ARMS), help="experiment arm (required unless --list-arms)")
