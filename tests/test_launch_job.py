@@ -23,9 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spectrum_rft.tools.launch import main
-from spectrum_rft.tools.launch import plan as plan_module
 from spectrum_rft.tools.launch.dryrun import EP_NO_FLAG
-from spectrum_rft.tools.launch.heldout import band_fingerprints, shared_bands
+from spectrum_rft.tools.launch.heldout import band_fingerprints, check_disjoint, shared_bands
 from spectrum_rft.tools.launch.options import LaunchError, LaunchOptions, option_problems
 from spectrum_rft.tools.launch.plan import build_plan
 from test_launch import ACCOUNT, Recorder, _argv, env, project, server  # noqa: F401 (the double and its fixtures)
@@ -223,15 +222,16 @@ def test_carveout_and_no_evaluation(server, project, tmp_path, env, capsys):
     assert not {"evalAutoCarveout", "evaluationDataset"} & set(_job(out))
 
 
-def test_held_out_bands_sharing_a_training_band_refuse_the_launch(project, tmp_path, env, monkeypatch):
-    """The disjointness check can fail: held-out rows that are training rows are refused before any request."""
+def test_held_out_bands_sharing_a_training_band_are_refused(project, tmp_path, env):
+    """The disjointness check build_plan runs can fail: held-out rows that play training bands are refused."""
     o = LaunchOptions(arm="icl", rows=3, epochs=1, tag="d", dry_run=True, project_dir=str(project),
                       dataset_out=str(tmp_path / "d.jsonl"))
-    training = build_plan(o).dataset
-    monkeypatch.setattr(plan_module, "heldout_rows", lambda n, **k: [json.loads(json.dumps(r)) for r in training[:2]])
-    with pytest.raises(LaunchError, match=r"2 held-out row\(s\) play a training row's band"):
-        build_plan(o)
-    assert shared_bands(band_fingerprints(training), band_fingerprints(training[1:]))
+    plan = build_plan(o)
+    check_disjoint(plan.dataset, plan.eval_dataset)  # the plan's own: disjoint
+    with pytest.raises(LaunchError, match=r"^2 held-out row\(s\) play a training row's band \(e.g. spectrum-r0001 = "
+                                          r"spectrum-r0001\): choose another --eval-salt$"):
+        check_disjoint(plan.dataset, plan.dataset[1:])
+    assert shared_bands(band_fingerprints(plan.dataset), band_fingerprints(plan.eval_dataset)) == []
 
 
 def test_an_evaluation_salt_equal_to_the_training_salt_is_refused(capsys):
@@ -311,21 +311,15 @@ def _flatten(d: dict, prefix: str = "") -> dict[str, object]:
     return out
 
 
-def _sdk_body(kwargs: dict) -> dict:
-    """The request body the fireworks SDK sends for ``reinforcement_fine_tuning_jobs.create(**kwargs)``."""
-    import httpx
+def _sdk_body(server: Recorder, kwargs: dict) -> dict:
+    """The request body the fireworks SDK sends for ``reinforcement_fine_tuning_jobs.create(**kwargs)``, as the
+    loopback double received it."""
     from fireworks import Fireworks
 
-    seen = []
-
-    def handler(request):
-        seen.append(json.loads(request.read()))
-        return httpx.Response(200, json={"name": "x", "dataset": "d", "evaluator": "e"})
-
-    with httpx.Client(transport=httpx.MockTransport(handler)) as http:
-        Fireworks(api_key="x", account_id=ACCOUNT, base_url="http://127.0.0.1:9", http_client=http,
-                  max_retries=0).reinforcement_fine_tuning_jobs.create(**kwargs)
-    return seen[0]
+    Fireworks(api_key="dummy-parity", account_id=ACCOUNT, base_url=server.url,
+              max_retries=0).reinforcement_fine_tuning_jobs.create(**kwargs)
+    (rec,) = [r for r in server.records if r["route"] == "job.create"]
+    return json.loads(rec["body"])
 
 
 # Every field where the two job bodies differ, and why (docs/LAUNCH.md, section "eval-protocol's path"):
@@ -365,7 +359,8 @@ def test_launch_and_eval_protocol_create_rft_build_the_same_job(server, project,
     text = proc.stdout[proc.stdout.index(marker) + len(marker):].lstrip()
     kwargs, _ = json.JSONDecoder().raw_decode(text)
     assert kwargs.pop("reinforcement_fine_tuning_job_id") == "parity-job"  # a query parameter, as launch sends it
-    ours, theirs = _flatten(_job(out)), _flatten(_sdk_body(kwargs))
+    routes = [r["route"] for r in server.records]  # what eval-protocol's CLI sent to the double
+    ours, theirs = _flatten(_job(out)), _flatten(_sdk_body(server, kwargs))
     differ = {k for k in ours.keys() | theirs.keys() if ours.get(k, "<absent>") != theirs.get(k, "<absent>")}
     assert differ == set(PARITY_DIFFERENCES), {k: (ours.get(k), theirs.get(k)) for k in differ}
     assert theirs["evalAutoCarveout"] is False and "evalAutoCarveout" not in ours
@@ -373,7 +368,6 @@ def test_launch_and_eval_protocol_create_rft_build_the_same_job(server, project,
     assert ours["evaluationDataset"] == f"accounts/{ACCOUNT}/datasets/spectrum-weak-scaffold-t1-heldout"
     assert len(ours) >= 20  # the comparison covers every field set, not a few
     # eval-protocol's --dry-run is not offline: it asked for the account and touched secrets (on the double)
-    routes = [r["route"] for r in server.records]
     assert "verify_api_key" in routes and "secret" in routes and "job.create" not in routes
     assert set(EP_NO_FLAG) >= {"display_name", "wandb_config.run_id", "loss_config.method"}
     print(f"eval-protocol create rft --dry-run: {took:.1f} s")

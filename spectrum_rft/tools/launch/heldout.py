@@ -69,3 +69,14 @@ def shared_bands(training: dict[str, str], heldout: dict[str, str]) -> list[tupl
     """(held-out row id, training row id) pairs that play the same band: must be none."""
     by_fp = {fp: rid for rid, fp in training.items()}
     return [(rid, by_fp[fp]) for rid, fp in heldout.items() if fp in by_fp]
+
+
+def check_disjoint(training: list[dict], heldout: list[dict]) -> None:
+    """Refuse (:class:`~spectrum_rft.tools.launch.options.LaunchError`, one line) held-out rows that play a
+    training row's band."""
+    from .options import LaunchError  # noqa: PLC0415
+
+    shared = shared_bands(band_fingerprints(training), band_fingerprints(heldout))
+    if shared:
+        raise LaunchError(f"{len(shared)} held-out row(s) play a training row's band (e.g. {shared[0][0]} = "
+                          f"{shared[0][1]}): choose another --eval-salt")

@@ -16,7 +16,7 @@ from spectrum_rft.tools.entries import ENTRIES, entry_spec
 
 from spectrum_rft.task.arms import ARMS, Arm
 from .context import ContextNeed, episode_need
-from .heldout import band_fingerprints, default_eval_salt, heldout_rows, shared_bands
+from .heldout import check_disjoint, default_eval_salt, heldout_rows
 from .ids import dotenv_keys, evaluator_id_for, resource_id
 from .options import DEFAULT_BASE_URL, DEFAULTS, LaunchError, LaunchOptions, option_problems
 from .tarball import TAR_WARN_BYTES, source_bundle
@@ -321,10 +321,7 @@ def _heldout(o: LaunchOptions, arm: Arm, evaluation: dict[str, Any], rows: list[
     out = heldout_rows(evaluation["rows"], prompt=arm.prompt, memory_mode=arm.memory_mode, preset=o.preset,
                        reward=o.reward, think=o.think, salt=evaluation["salt"], prefix=o.prefix)
     if rows:
-        shared = shared_bands(band_fingerprints(rows), band_fingerprints(out))
-        if shared:
-            raise LaunchError(f"{len(shared)} held-out row(s) play a training row's band (e.g. {shared[0][0]} = "
-                              f"{shared[0][1]}): choose another --eval-salt")
+        check_disjoint(rows, out)
     else:
         notes.append("evaluation: the training rows are an uploaded dataset (--reuse-dataset): the held-out bands "
                      "were not checked against them here")
