@@ -307,6 +307,11 @@ def message_calls(message: Any) -> list[dict]:
     return out
 
 
+# The columns of a dataset row that ToolEnv.reset reads (and so the ones a judge of the row needs: the band,
+# the scan, and who played the scans before it, which sets the echo the model was shown)
+ROW_KEYS = ("row_id", "scan", "echo_history", "environment_context")
+
+
 def judge(row: dict, message: dict | None) -> ToolEnv:
     """A fresh env for ``row`` (the same band and scan as every other completion of the row) that has judged
     the completion ``message`` (an assistant message as TRL parses it: ``tool_calls`` in order, each one

@@ -35,7 +35,7 @@ from spectrum_rft.training.trl_common import (GrpoRunConfig, RunConfig, grpo_arg
                                               start_process, start_record, sync_vllm_in_place)
 from spectrum_rft.training.spectrum.sampler import GrammarMasks, tool_call_grammar
 from spectrum_rft.training.spectrum.trl_data import episode_for, grpo_rows, scan_sampler, sft_conversation
-from spectrum_rft.training.spectrum.trl_env import (ECHO_HISTORIES, judge, message_calls, spectrum_reward,
+from spectrum_rft.training.spectrum.trl_env import (ECHO_HISTORIES, ROW_KEYS, judge, message_calls, spectrum_reward,
                                                      tool_env_class)
 
 
@@ -257,8 +257,9 @@ def make_reward(path: Path, tokenizer: Any):
         step = trainer_state.global_step if trainer_state is not None else None
         completions = completions or []
         if environments is None:
-            keys = ("row_id", "scan", "environment_context")
-            rows = [{k: columns[k][i] for k in keys} for i in range(len(completions))]
+            # every column reset reads: without echo_history the judge's prefix (and so the echo its metrics compare
+            # with: echo_copy, echo_kept, carry_rate) would not be the one the model was shown
+            rows = [{k: columns[k][i] for k in ROW_KEYS if k in columns} for i in range(len(completions))]
             environments = [judge(row, next((m for m in c if m.get("role") == "assistant"), None)
                                   if isinstance(c, list) else None) for row, c in zip(rows, completions)]
 
