@@ -281,6 +281,15 @@ def make_reward(path: Path, tokenizer: Any):
     return spectrum
 
 
+def training_rows(cfg: GrpoConfig, processes: int = 1) -> list[dict]:
+    """The rows a run trains on: every step consumes prompts x processes rows, so there are enough fresh bands
+    that no row is ever replayed (what a run's record is re-judged against: scripts/rejudge_rollouts.py)."""
+    return grpo_rows(cfg.steps * cfg.prompts * processes, prompt=ARMS[cfg.arm].prompt, memory_mode=cfg.mode,
+                     preset=cfg.preset, reward=cfg.reward, salt=cfg.salt, prefix=f"grpo-s{cfg.seed}",
+                     episode=episode_for(cfg.mode, cfg.episode or None), scan_in_prompt=cfg.sampler == "group",
+                     echo_history=cfg.echo_history)
+
+
 def run_train(cfg: GrpoConfig, callbacks: list | None = None) -> dict:
     out, model_dir, ckpt = _setup(cfg, cfg.resume)
     from datasets import Dataset  # noqa: PLC0415
@@ -289,10 +298,7 @@ def run_train(cfg: GrpoConfig, callbacks: list | None = None) -> dict:
     episode = episode_for(cfg.mode, cfg.episode or None)
     from accelerate import PartialState  # noqa: PLC0415
 
-    # every step consumes prompts x processes rows: enough fresh bands that no row is ever replayed
-    rows = grpo_rows(cfg.steps * cfg.prompts * PartialState(cpu=cfg.use_cpu).num_processes, prompt=ARMS[cfg.arm].prompt,
-                     memory_mode=cfg.mode, preset=cfg.preset, reward=cfg.reward, salt=cfg.salt, prefix=f"grpo-s{cfg.seed}",
-                     episode=episode, scan_in_prompt=cfg.sampler == "group", echo_history=cfg.echo_history)
+    rows = training_rows(cfg, PartialState(cpu=cfg.use_cpu).num_processes)
     calls = EnvConfig().max_calls_per_scan * (1 if episode == "scan" else get_preset(cfg.preset).n_scans)
     tok = load_tokenizer(model_dir)
     micro = cfg.micro_batch or cfg.prompts * cfg.group
