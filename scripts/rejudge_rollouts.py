@@ -44,7 +44,10 @@ def rejudge(run: Path, out: Path) -> tuple[int, int]:
         message = {"role": "assistant", "content": "",
                    "tool_calls": [{"type": "function", "function": {"name": c.get("name"), "arguments": c.get("arguments")}}
                                   for c in rec.get("calls") or []]}
-        m = judge(rows[rec["row_id"]], message).metrics()
+        row = rows[rec["row_id"]]
+        if "prefix_reports" in rec:  # echo_history policy: the model's own prefix, as recorded
+            row = {**row, "prefix_reports": rec["prefix_reports"]}
+        m = judge(row, message).metrics()
         if abs(m["score"] - rec["score"]) > 1e-9:
             raise SystemExit(f"{run}: row {rec['row_id']} scores {m['score']} now, {rec['score']} recorded: "
                              "not the rows this run trained on")

@@ -38,7 +38,7 @@ from spectrum_rft.task.environment import env_for_row
 from spectrum_rft.task.reward import match_count, regions
 from spectrum_rft.task.scan_format import HEADER, parse_scan
 from spectrum_rft.training.spectrum.trl_data import grpo_rows
-from spectrum_rft.training.spectrum.trl_env import ECHO_HISTORIES, memoryless_report, tool_env_for
+from spectrum_rft.training.spectrum.trl_env import SCRIPTED_HISTORIES, memoryless_report, tool_env_for
 
 REPORTS = ("memoryless", "echo+current")
 
@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--control", default="weak-scrambled", choices=sorted(ARMS))
     ap.add_argument("--salt", default="trl", help="band salt of the rows (train's default: trl)")
     ap.add_argument("--prefix", default="channel", help="row id prefix (train's rows: grpo-s<seed>)")
-    ap.add_argument("--echo-history", default="accumulate", choices=ECHO_HISTORIES)
+    ap.add_argument("--echo-history", default="accumulate", choices=SCRIPTED_HISTORIES)
     ap.add_argument("--preset", default="default")
     ap.add_argument("--reward", default="default")
     ap.add_argument("--whole", action="append", default=[], metavar="DIR",

@@ -25,7 +25,7 @@ from typing import Any
 
 from spectrum_rft.common.stats import mean, standard_error
 from spectrum_rft.task.arms import ARMS
-from spectrum_rft.training.spectrum.trl_env import ECHO_HISTORIES
+from spectrum_rft.training.spectrum.trl_env import SCRIPTED_HISTORIES
 from spectrum_rft.training.spectrum.vllm_engine import ENGINES, VllmEngine, add_memory_flag, vllm_missing
 
 SUMMARY_KEYS = ("valid", "score", "gain_vs_memoryless", "gain_valid", "echo_copy", "beyond_current")
@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--temperature", type=float, action="append", help="repeatable; 0: greedy (default 1.0)")
     ap.add_argument("--constrained", action="store_true", help="sample under the tool-call grammar")
     ap.add_argument("--salt", default="heldout-scan", help="band salt of the rows (training rows use others)")
-    ap.add_argument("--echo-history", default="accumulate", choices=ECHO_HISTORIES,
+    ap.add_argument("--echo-history", default="accumulate", choices=SCRIPTED_HISTORIES,
                     help="who plays each scan episode's earlier scans (what the echo carries)")
     ap.add_argument("--batch", type=int, default=8, help="completions sampled together (default 8)")
     ap.add_argument("--max-new-tokens", type=int, default=160, help="per completion (default 160)")

@@ -25,8 +25,8 @@ from spectrum_rft.rollouts.driver import drive_now
 from spectrum_rft.task.memory import memory_mode as get_memory_mode
 from spectrum_rft.task.presets import get_preset
 from spectrum_rft.task.seeding import seed_for_row
-from spectrum_rft.training.spectrum.trl_env import (ECHO_HISTORIES, scan_prompt, tool_env_class, tool_env_for,
-                                                     tool_names)
+from spectrum_rft.training.spectrum.trl_env import (ECHO_HISTORIES, POLICY_HISTORY, message_calls, scan_prompt,
+                                                     tool_env_class, tool_env_for, tool_names)
 
 EPISODES = ("scan", "full")
 FINAL_REPLY = "Done."  # what the SFT data answers after the rollout's last tool result
@@ -62,7 +62,9 @@ def grpo_rows(n: int, *, prompt: str, memory_mode: str, preset: str = "default",
     """``n`` rows, each a fresh band: ``prompt`` (system message + an empty user message that TRL completes
     with ``reset``'s scan text; ``scan_in_prompt``: the scan text already in it, for a sampler without a
     TRL environment), ``row_id``, ``scan`` (0: the whole episode), ``echo_history`` (who plays a scan
-    episode's earlier scans: :data:`.trl_env.ECHO_HISTORIES`), ``environment_context``."""
+    episode's earlier scans: :data:`.trl_env.ECHO_HISTORIES`), ``environment_context``. With ``policy`` the
+    prompt holds the episode's first scan: :class:`OwnPrefixSampler` plays on from there with the model and
+    shows it scan ``scan``."""
     if echo_history not in ECHO_HISTORIES:
         raise ValueError(f"unknown echo_history {echo_history!r}; choose one of {', '.join(ECHO_HISTORIES)}")
     episode = episode_for(memory_mode, episode)
@@ -76,7 +78,7 @@ def grpo_rows(n: int, *, prompt: str, memory_mode: str, preset: str = "default",
                     "echo_history": echo_history,
                     "environment_context": r["environment_context"]})
         if scan_in_prompt:
-            out[-1]["prompt"] = scan_prompt(out[-1])
+            out[-1]["prompt"] = scan_prompt({**out[-1], "scan": 1} if echo_history == POLICY_HISTORY else out[-1])
     return out
 
 
@@ -97,6 +99,68 @@ def scan_sampler(tokenizer: Any, memory_mode: str, *, preset: str = "default", c
     return GroupSampler(tokenizer, tools=tool_schemas_of(tool_env_class(memory_mode, preset)()),
                         grammar_tools=tool_schemas(memory_mode, preset), constrained=constrained,
                         max_new_tokens=max_new_tokens, vocab_size=vocab_size, batch_groups=batch_groups)
+
+
+def prompt_key(prompt: list[dict]) -> str:
+    """A prompt as a dictionary key (its messages' roles and texts)."""
+    return json.dumps([[m.get("role"), m.get("content")] for m in prompt])
+
+
+def own_prefix_prompt(row: dict, reports: list, scan: int | None = None) -> list[dict]:
+    """The prompt of scan ``scan`` (None: the row's own) of an ``echo_history = "policy"`` row, after the model's
+    ``reports`` on the scans before it (the row's prompt holds the first scan: its user message is emptied and
+    the scan appended as :func:`grpo_rows` appends it)."""
+    *head, last = row["prompt"]
+    return scan_prompt({**row, "prompt": [*head, {**last, "content": ""}], "prefix_reports": reports,
+                        **({"scan": scan} if scan is not None else {})})
+
+
+class OwnPrefixSampler:
+    """TRL ``rollout_func`` for rows whose ``echo_history`` is ``policy``: before a row's group is sampled at
+    its scan k, the model itself plays scans 1..k-1 of the row's band, one greedy reply each under the
+    sampler's grammar (as the evaluator plays it: temperature 0, its own previous report as the echo), and
+    the group is sampled on scan k as that prefix left it. Each completion carries the prefix's reports
+    (``prefix_reports``: TRL forwards the field to the reward function, whose judge replays them, so the echo
+    every metric compares with is the one the model was shown).
+
+    ``rows``: the run's dataset rows (their prompt: the episode's first scan, :func:`grpo_rows`). The prefix
+    costs k-1 greedy replies per prompt per step (each prefilled on its own): on a CPU, about half a step's
+    sampling again for scans drawn uniformly from 1..12 (docs/TRAINING.md)."""
+
+    def __init__(self, sampler: Any, rows: list[dict], tokenizer: Any) -> None:
+        self.sampler, self.tokenizer = sampler, tokenizer
+        self.rows = {prompt_key(r["prompt"]): r for r in rows}
+
+    def prefix(self, model: Any, row: dict) -> list[dict | None]:
+        """The model's reports on scans 1..k-1 of ``row`` (a call's arguments, or None: no report written)."""
+        from trl.chat_template_utils import parse_response  # noqa: PLC0415
+
+        reports: list[dict | None] = []
+        for scan in range(1, int(row["scan"])):
+            ids = self.sampler.prompt_ids(own_prefix_prompt(row, reports, scan))
+            comps, _ = self.sampler.sample(model, ids, 1, temperature=0.0)
+            calls = message_calls(parse_response(self.tokenizer, comps[0], prefix=ids))
+            call = next((c for c in calls if c["name"] == "submit_report"), None)
+            reports.append(call["arguments"] if call is not None and isinstance(call["arguments"], dict) else None)
+        return reports
+
+    def __call__(self, prompts: list[list[dict]], trainer: Any) -> dict:
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        played: dict[str, tuple[list[dict], list]] = {}
+        shown, prefixes = [], []
+        for p in prompts:
+            key = prompt_key(p)
+            if key not in played:
+                row = self.rows.get(key)
+                if row is None:
+                    raise ValueError("OwnPrefixSampler got a prompt that is none of its rows' (built from other rows?)")
+                reports = self.prefix(model, row)
+                played[key] = (own_prefix_prompt(row, reports), reports)
+            shown.append(played[key][0])
+            prefixes.append(played[key][1])
+        out = self.sampler(shown, trainer)
+        out["prefix_reports"] = prefixes
+        return out
 
 
 def _call(name: str, arguments: dict) -> dict:

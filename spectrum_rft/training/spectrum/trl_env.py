@@ -86,19 +86,40 @@ def memoryless_report(scan_text: str) -> dict:
 # adds each scan's peaks is shown in a whole scaffold episode; at the cap in a third of scan episodes, where
 # "echo + new peaks" cannot fit), ``accumulate-12`` (the same memory keeping the 12 most often seen: the echo
 # leaves the report room for a scan's new peaks; issue 40's channel with room) or ``memoryless`` (the previous
-# scan's peaks only: the design of RESULTS_memory.md section 10, whose rows carry no such column).
-ECHO_HISTORIES = ("accumulate", "accumulate-12", "memoryless")
+# scan's peaks only: the design of RESULTS_memory.md section 10, whose rows carry no such column); or
+# ``policy``: the model being trained plays them itself (greedy, as the evaluator plays it: the group sampler's
+# :class:`~spectrum_rft.training.spectrum.trl_data.OwnPrefixSampler`), so the echo of scan k is its own previous
+# report, the distribution a whole episode shows it; its reports travel in the row's ``prefix_reports``.
+SCRIPTED_HISTORIES = ("accumulate", "accumulate-12", "memoryless")
+POLICY_HISTORY = "policy"
+ECHO_HISTORIES = (*SCRIPTED_HISTORIES, POLICY_HISTORY)
 
 
-def play_prefix(env: SpectrumEnv, n: int, history: str = "accumulate") -> None:
-    """Play the open episode's next ``n`` scans with the ``history`` policy, one model turn each.
+def play_prefix(env: SpectrumEnv, n: int, history: str = "accumulate", reports: list | None = None) -> None:
+    """Play the open episode's next ``n`` scans, one model turn each: with the scripted ``history`` policy, or
+    (``policy``) the given ``reports`` (each a ``submit_report`` call's arguments, or None for a turn that wrote
+    no report: the scan is skipped, as the evaluator scores a scan whose reply carried no valid call; a report
+    the env refuses likewise).
 
-    The policy reads each scan's peaks and never the echo, so the real arm (echo: these reports) and the
+    A scripted policy reads each scan's peaks and never the echo, so the real arm (echo: these reports) and the
     scrambled control (echo: random centres of the same count) submit identical prefixes."""
     if history not in ECHO_HISTORIES:
         raise ValueError(f"unknown echo_history {history!r}; choose one of {', '.join(ECHO_HISTORIES)}")
-    drive_now(InProcessEpisode(env, None, until=env.scan_index + n),
-              ScriptedModel(history, read_echo=False, widths=False))
+    if history != POLICY_HISTORY:
+        drive_now(InProcessEpisode(env, None, until=env.scan_index + n),
+                  ScriptedModel(history, read_echo=False, widths=False))
+        return
+    if n == 0:
+        return
+    if not isinstance(reports, list) or len(reports) < n:
+        raise ValueError(f"echo_history {POLICY_HISTORY!r} needs prefix_reports for the {n} scans before this one "
+                         f"(the group sampler plays them with the model), got {reports!r}")
+    for args in reports[:n]:
+        if isinstance(args, dict):
+            res = env.call_tool("submit_report", args, first=True, last=True)
+            if res.advanced or res.skipped:
+                continue
+        env.skip("prefix_no_report")
 
 
 def scan_metrics(env: SpectrumEnv, scan: int, reference: float | None = None) -> dict:
@@ -237,7 +258,7 @@ class ToolEnv:
                 raise ValueError(f"row {row_id!r}: scan episodes need a memory mode whose memory travels in the scan "
                                  f"text (got {env.config.memory_mode!r})")
             history = row.get("echo_history") or "memoryless"  # rows made before the column: section 10's design
-            play_prefix(env, scan - 1, history)
+            play_prefix(env, scan - 1, history, row.get("prefix_reports"))
             ref = copy.deepcopy(env)
             ref.call_tool("submit_report", memoryless_report(ref.observation()["prompt"]), first=True, last=True)
             reference = ref.scan_records()[scan - 1]["reward"]
@@ -309,7 +330,7 @@ def message_calls(message: Any) -> list[dict]:
 
 # The columns of a dataset row that ToolEnv.reset reads (and so the ones a judge of the row needs: the band,
 # the scan, and who played the scans before it, which sets the echo the model was shown)
-ROW_KEYS = ("row_id", "scan", "echo_history", "environment_context")
+ROW_KEYS = ("row_id", "scan", "echo_history", "prefix_reports", "environment_context")
 
 
 def judge(row: dict, message: dict | None) -> ToolEnv:

@@ -34,9 +34,10 @@ from spectrum_rft.training.trl_common import (GrpoRunConfig, RunConfig, grpo_arg
                                               log_callback, lora_config, parse_or_say, portable_path, save_model,
                                               start_process, start_record, sync_vllm_in_place)
 from spectrum_rft.training.spectrum.sampler import GrammarMasks, tool_call_grammar
-from spectrum_rft.training.spectrum.trl_data import episode_for, grpo_rows, scan_sampler, sft_conversation
-from spectrum_rft.training.spectrum.trl_env import (ECHO_HISTORIES, ROW_KEYS, judge, message_calls, spectrum_reward,
-                                                     tool_env_class)
+from spectrum_rft.training.spectrum.trl_data import (OwnPrefixSampler, episode_for, grpo_rows, scan_sampler,
+                                                      sft_conversation)
+from spectrum_rft.training.spectrum.trl_env import (ECHO_HISTORIES, POLICY_HISTORY, ROW_KEYS, SCRIPTED_HISTORIES, judge,
+                                                     message_calls, spectrum_reward, tool_env_class)
 
 
 @dataclass
@@ -49,7 +50,7 @@ class Common(RunConfig):
     reward: str = "default"  # the reward (default: the audited one; spectrum_rft.task.reward)
     episode: str = ""  # scan | full ("" = scan for the ICL-off modes, full for icl)
     salt: str = "trl"  # band salt of the training rows (held-out rows use another)
-    echo_history: str = "accumulate"  # who plays a scan episode's earlier scans (trl_env.ECHO_HISTORIES)
+    echo_history: str = "accumulate"  # who plays a scan episode's earlier scans (trl_env.ECHO_HISTORIES); train --sampler group: policy, the trained model itself
     lora_layers: int = 0  # LoRA on the top N decoder layers only (0: all); backward then stops below them
 
     def check(self) -> None:
@@ -91,6 +92,9 @@ class SftConfig(Common):
                 raise ValueError(f"{name} must be >= 1")
         if self.eval_scans < 0 or self.save_every < 0:
             raise ValueError("eval_scans and save_every must be >= 0")
+        if self.echo_history == POLICY_HISTORY:
+            raise ValueError(f"echo_history {POLICY_HISTORY!r} is a GRPO sampler's (the trained model plays the prefix); "
+                             f"SFT conversations take a scripted one: {', '.join(SCRIPTED_HISTORIES)}")
 
 
 SAMPLERS = ("trl", "group")
@@ -120,6 +124,9 @@ class GrpoConfig(Common, GrpoRunConfig):
                                  "(--constrained then uses vLLM's structured outputs)")
             if episode_for(self.mode, self.episode or None) != "scan":
                 raise ValueError("--sampler group plays one model turn per rollout: scan episodes only")
+        elif self.echo_history == POLICY_HISTORY:
+            raise ValueError(f"--echo-history {POLICY_HISTORY} has the group sampler play each prefix with the model: "
+                             "pass --sampler group")
         if self.shared_prefix and self.beta:
             raise ValueError("--shared-prefix computes the policy-gradient loss only (no KL term): keep --beta 0")
         if self.shared_prefix and self.use_vllm:
@@ -256,6 +263,7 @@ def make_reward(path: Path, tokenizer: Any):
                  log_extra=None, **columns: Any) -> list[float]:
         step = trainer_state.global_step if trainer_state is not None else None
         completions = completions or []
+        rows: list[dict] | None = None
         if environments is None:
             # every column reset reads: without echo_history the judge's prefix (and so the echo its metrics compare
             # with: echo_copy, echo_kept, carry_rate) would not be the one the model was shown
@@ -273,6 +281,8 @@ def make_reward(path: Path, tokenizer: Any):
                                                              "memoryless_reward", "gain_vs_memoryless",
                                                              "beyond_current", "echo_kept", "peaks_added",
                                                              "refusals", "report_size", "faults")},
+                                    **({"prefix_reports": rows[i]["prefix_reports"]}
+                                       if rows is not None and "prefix_reports" in rows[i] else {}),
                                     "calls": [x for m in c for x in message_calls(m)] if isinstance(c, list) else [],
                                     "completion": tokenizer.decode(ids, skip_special_tokens=False)[:COMPLETION_CHARS]})
 
@@ -318,7 +328,8 @@ def run_train(cfg: GrpoConfig, callbacks: list | None = None) -> dict:
         sampler = scan_sampler(tok, cfg.mode, preset=cfg.preset, constrained=cfg.constrained,
                                max_new_tokens=cfg.max_completion_length, vocab_size=model.config.vocab_size,
                                batch_groups=cfg.batch_groups)
-        generation = {"rollout_func": sampler}
+        generation = {"rollout_func": OwnPrefixSampler(sampler, rows, tok) if cfg.echo_history == POLICY_HISTORY
+                      else sampler}
         if masked:
             learner["grammar_masks"] = sampler.grammar_masks()
     else:
