@@ -34,13 +34,18 @@ def rejudge(run: Path, out: Path) -> tuple[int, int]:
     from spectrum_rft.training.spectrum.trl_env import judge
     from spectrum_rft.training.spectrum.trl_run import GrpoConfig, training_rows
 
-    config = json.loads((run / "config.json").read_text())
+    try:
+        config = json.loads((run / "config.json").read_text())
+        records = [json.loads(x) for x in (run / "rollouts.jsonl").read_text().splitlines() if x.strip()]
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"{run}: not a readable `spectrum-rft train` run ({e})") from None
     fields = {f.name for f in dataclasses.fields(GrpoConfig)}
     cfg = GrpoConfig(**{k: v for k, v in config.items() if k in fields})
     rows = {r["row_id"]: r for r in training_rows(cfg, int(config.get("processes") or 1))}
-    records = [json.loads(x) for x in (run / "rollouts.jsonl").read_text().splitlines() if x.strip()]
     changed = 0
     for rec in records:
+        if rec.get("row_id") not in rows:
+            raise SystemExit(f"{run}: row {rec.get('row_id')!r} is none of the rows its config trains on")
         message = {"role": "assistant", "content": "",
                    "tool_calls": [{"type": "function", "function": {"name": c.get("name"), "arguments": c.get("arguments")}}
                                   for c in rec.get("calls") or []]}

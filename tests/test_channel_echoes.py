@@ -80,3 +80,12 @@ def test_channel_prints_the_echo_table_and_refuses_a_folder_without_echoes(whole
     assert err.count("\n") == 1 and "no scan with an echo" in err
     with pytest.raises(WholeEpisodesError):
         whole_episode_echoes(tmp_path / "missing")
+
+
+def test_a_row_whose_band_cannot_be_rebuilt_is_refused_in_one_line(whole_folder, tmp_path, capsys):
+    row = json.loads((whole_folder / "rows.jsonl").read_text().splitlines()[0])
+    row["input_metadata"]["dataset_info"]["environment_context"]["salt"] = "process"
+    (tmp_path / "rows.jsonl").write_text(json.dumps(row) + "\n")
+    assert main(["--rows", "20", "--whole", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "salt 'process'" in err and "rows.jsonl:1" in err

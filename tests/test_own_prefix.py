@@ -98,3 +98,18 @@ def test_the_sampler_plays_the_prefix_with_the_model_and_samples_the_group_on_sc
         assert all(r is None or isinstance(r.get("center_freqs"), list) for r in reports)  # its own calls' arguments
     with pytest.raises(ValueError, match="none of its rows"):
         sampler([[{"role": "system", "content": "x"}, {"role": "user", "content": "y"}]] * 2, trainer)
+
+
+def test_the_prefixs_refusals_are_not_the_scans():
+    """The model's own prefix may write reports the env refuses; those faults are its earlier scans', not the
+    scan being trained: a valid report on scan k has no refusals and no faults."""
+    row = next(r for r in _rows() if r["scan"] >= 5)
+    bad = [{"center_freqs": [float("nan")]}] * (row["scan"] - 1)
+    message = {"role": "assistant", "tool_calls": [{"type": "function", "function": {
+        "name": "submit_report", "arguments": {"center_freqs": [100.0]}}}]}
+    m = judge({**row, "prefix_reports": bad}, message).metrics()
+    assert m["refusals"] == 0 and m["faults"] == {} and m["scans_skipped"] == 0
+    junk = {"role": "assistant", "tool_calls": [{"type": "function", "function": {
+        "name": "submit_report", "arguments": {"center_freqs": "junk"}}}]}
+    m = judge({**row, "prefix_reports": bad}, junk).metrics()
+    assert m["refusals"] == 1 and m["faults"].get("invalid_report") == 1

@@ -30,11 +30,18 @@ def is_ours(filename: str) -> bool:
 
 @dataclass
 class KeptWarnings:
-    """The library warnings of one command: how many, of which categories, and the log holding them."""
+    """The library warnings of one command: how many, of which categories, and the log holding them.
 
-    log: Path
+    ``out``: the command's ``--out`` (None: it has none). The log is chosen at the first warning, never
+    creating anything at ``out``: ``OUT/warnings.log`` (appended: a resumed run adds to it) when ``out`` is
+    a folder by then, else ``cache`` (``~/.cache/spectrum-rft/logs/<command>.log``, the last run's), so a
+    ``--out`` that names a file (``scan-eval --out x.json``) is never turned into a folder."""
+
+    cache: Path
+    out: Path | None = None
     count: int = 0
     categories: dict[str, int] = field(default_factory=dict)
+    log: Path | None = None
     _file: TextIO | None = None
 
     def keep(self, text: str, category: type) -> None:
@@ -42,11 +49,16 @@ class KeptWarnings:
         self.categories[category.__name__] = self.categories.get(category.__name__, 0) + 1
         try:
             if self._file is None:
-                self.log.parent.mkdir(parents=True, exist_ok=True)
-                self._file = self.log.open("a", encoding="utf-8")
+                if self.out is not None and self.out.is_dir():
+                    self.log, mode = self.out / LOG_NAME, "a"
+                else:
+                    self.log, mode = self.cache, "w"
+                    self.cache.parent.mkdir(parents=True, exist_ok=True)
+                self._file = self.log.open(mode, encoding="utf-8")
             self._file.write(text)
             self._file.flush()
         except OSError:  # a log that cannot be written never stops the command: the warning goes to stderr
+            self.log = None
             sys.stderr.write(text)
 
     def close(self) -> None:
@@ -55,31 +67,35 @@ class KeptWarnings:
             self._file = None
 
     def summary(self) -> str | None:
-        """One line, or None when no library warned."""
-        if not self.count:
+        """One line, or None when no library warned (or none could be written: they went to stderr)."""
+        if not self.count or self.log is None:
             return None
         kinds = ", ".join(f"{n} {k}" for k, n in sorted(self.categories.items(), key=lambda kv: -kv[1]))
         return f"({self.count} library warning{'s' if self.count != 1 else ''} ({kinds}) kept in {self.log})"
 
 
-def log_path(argv: list[str], command: str) -> Path:
-    """Where a command's library warnings go: ``warnings.log`` in its ``--out`` folder when it has one
-    (``--out DIR`` or ``--out=DIR``), else ``~/.cache/spectrum-rft/logs/<command>.log`` (the last run's)."""
+def out_arg(argv: list[str]) -> Path | None:
+    """A command's ``--out DIR`` / ``--out=DIR`` (None: not given)."""
     for i, a in enumerate(argv):
         if a == "--out" and i + 1 < len(argv) and argv[i + 1] and not argv[i + 1].startswith("-"):
-            return Path(argv[i + 1]) / LOG_NAME
+            return Path(argv[i + 1])
         if a.startswith("--out=") and len(a) > len("--out="):
-            return Path(a[len("--out="):]) / LOG_NAME
+            return Path(a[len("--out="):])
+    return None
+
+
+def cache_log(command: str) -> Path:
+    """The log of a command with no output folder: the last run's."""
     return Path.home() / ".cache" / "spectrum-rft" / "logs" / f"{command}.log"
 
 
 @contextmanager
-def library_warnings_kept(log: Path, stream: TextIO | None = None) -> Iterator[KeptWarnings]:
-    """Within the block, every warning shown from outside this package goes to ``log`` (appended, opened at
-    the first one); ours are shown on ``stream`` (stderr) as usual. At the end, one line on ``stream`` says
-    how many were kept and where (nothing when there were none)."""
-    out = stream if stream is not None else sys.stderr
-    kept = KeptWarnings(log)
+def library_warnings_kept(cache: Path, out: Path | None = None, stream: TextIO | None = None) -> Iterator[KeptWarnings]:
+    """Within the block, every warning shown from outside this package goes to the command's log (chosen at
+    the first one: :class:`KeptWarnings`); ours are shown as usual. At the end, one line on ``stream``
+    (stderr) says how many were kept and where (nothing when there were none)."""
+    out_stream = stream if stream is not None else sys.stderr
+    kept = KeptWarnings(cache, out)
     with warnings.catch_warnings():
         shown = warnings.showwarning
 
@@ -97,7 +113,7 @@ def library_warnings_kept(log: Path, stream: TextIO | None = None) -> Iterator[K
             said = kept.summary()
             if said:
                 try:
-                    out.write(said + "\n")
-                    out.flush()
+                    out_stream.write(said + "\n")
+                    out_stream.flush()
                 except (OSError, ValueError):
                     pass

@@ -7,7 +7,7 @@ import importlib
 import os
 import sys
 
-from spectrum_rft.common.quiet import library_warnings_kept, log_path
+from spectrum_rft.common.quiet import cache_log, library_warnings_kept, out_arg
 
 # litellm fetches its model cost map over the network at import unless this is set; offline the failed fetch
 # has been seen to race a lazy import in a background thread and kill the import (issue 29). The command
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     module, func = COMMANDS[cmd][0].split(":")
     try:
-        with library_warnings_kept(log_path(rest, cmd)):  # torch/transformers/pydantic warnings: the log, not the screen
+        with library_warnings_kept(cache_log(cmd), out_arg(rest)):  # torch/transformers/pydantic warnings: the log, not the screen
             return int(getattr(importlib.import_module(module), func)(rest) or 0)
     except KeyboardInterrupt:  # a command that does not handle Ctrl-C itself: one line, no traceback
         print(f"spectrum-rft {cmd}: interrupted", file=sys.stderr)

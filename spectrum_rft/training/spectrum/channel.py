@@ -112,7 +112,11 @@ def whole_episode_echoes(folder: Path) -> dict[str, list[tuple[list[float], list
         try:
             row = json.loads(line)
             meta = row["input_metadata"]
-            truth = _truth(meta["row_id"], meta["dataset_info"]["environment_context"])
+            ctx = meta["dataset_info"]["environment_context"]
+            if ctx.get("salt") == "process":
+                raise WholeEpisodesError(f"{path}:{n}: row {meta['row_id']!r} has salt 'process' (a band drawn per "
+                                         "process): its transmitters cannot be rebuilt here")
+            truth = _truth(meta["row_id"], ctx)
             model = str((meta.get("completion_params") or {}).get("model") or "?")
         except (ValueError, KeyError, TypeError) as e:
             raise WholeEpisodesError(f"{path}:{n}: not an evaluated spectrum row ({type(e).__name__}: {e})") from None

@@ -117,9 +117,11 @@ def own_prefix_prompt(row: dict, reports: list, scan: int | None = None) -> list
 
 class OwnPrefixSampler:
     """TRL ``rollout_func`` for rows whose ``echo_history`` is ``policy``: before a row's group is sampled at
-    its scan k, the model itself plays scans 1..k-1 of the row's band, one greedy reply each under the
-    sampler's grammar (as the evaluator plays it: temperature 0, its own previous report as the echo), and
-    the group is sampled on scan k as that prefix left it. Each completion carries the prefix's reports
+    its scan k, the model itself plays scans 1..k-1 of the row's band, greedy (temperature 0, as the
+    evaluator's scoring runs) under the sampler's grammar, its own previous report as the echo, and the group
+    is sampled on scan k as that prefix left it. One reply per earlier scan: where the evaluator gives a scan
+    up to ``max_calls_per_scan`` turns with the env's feedback, here a reply without a report the env takes
+    (unconstrained text, a list over the cap) leaves that scan skipped and the next echo empty. Each completion carries the prefix's reports
     (``prefix_reports``: TRL forwards the field to the reward function, whose judge replays them, so the echo
     every metric compares with is the one the model was shown).
 

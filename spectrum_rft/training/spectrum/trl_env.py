@@ -87,7 +87,7 @@ def memoryless_report(scan_text: str) -> dict:
 # "echo + new peaks" cannot fit), ``accumulate-12`` (the same memory keeping the 12 most often seen: the echo
 # leaves the report room for a scan's new peaks; issue 40's channel with room) or ``memoryless`` (the previous
 # scan's peaks only: the design of RESULTS_memory.md section 10, whose rows carry no such column); or
-# ``policy``: the model being trained plays them itself (greedy, as the evaluator plays it: the group sampler's
+# ``policy``: the model being trained plays them itself (greedy, one reply per scan: the group sampler's
 # :class:`~spectrum_rft.training.spectrum.trl_data.OwnPrefixSampler`), so the echo of scan k is its own previous
 # report, the distribution a whole episode shows it; its reports travel in the row's ``prefix_reports``.
 SCRIPTED_HISTORIES = ("accumulate", "accumulate-12", "memoryless")
@@ -122,12 +122,18 @@ def play_prefix(env: SpectrumEnv, n: int, history: str = "accumulate", reports: 
         env.skip("prefix_no_report")
 
 
-def scan_metrics(env: SpectrumEnv, scan: int, reference: float | None = None) -> dict:
+def scan_metrics(env: SpectrumEnv, scan: int, reference: float | None = None,
+                 prefix_faults: dict[str, int] | None = None) -> dict:
     """The metrics of a scan episode: scan ``scan`` alone (skipped if it was never closed), in the names of
     :meth:`SpectrumEnv.metrics`. ``late_mean``/``early_mean`` hold the score when the scan is in that half of
     the episode (the batch's memory_gain_batch is late minus early over rollouts: :func:`spectrum_reward`);
-    ``gain_vs_memoryless`` is the score minus ``reference``, the memoryless policy's score on the same scan."""
+    ``gain_vs_memoryless`` is the score minus ``reference``, the memoryless policy's score on the same scan.
+    ``faults`` and ``refusals`` are the scan's own: ``prefix_faults`` (the env's counts once scans 1..k-1 were
+    played, which the model's own prefix may have filled) are taken out."""
     m = env.metrics()  # unplayed scans count as skipped empty reports
+    before = prefix_faults or {}
+    faults = {k: n - before.get(k, 0) for k, n in (m["faults"] or {}).items() if n - before.get(k, 0) > 0}
+    m = {**m, "faults": faults}
     records = env.scan_records()
     rec = records[scan - 1] if len(records) >= scan else None
     reward = m["per_scan_reward"][scan - 1]
@@ -147,7 +153,7 @@ def scan_metrics(env: SpectrumEnv, scan: int, reference: float | None = None) ->
         echo_kept=rec["echo_kept"] if rec else 0,
         peaks_added=rec["peaks_added"] if rec else 0,
         echo_kept_beyond=rec["echo_kept_beyond"] if rec else 0,
-        refusals=int((m["faults"] or {}).get("invalid_report", 0)),
+        refusals=int(faults.get("invalid_report", 0)),
         memoryless_reward=reference,
         gain_vs_memoryless=None if reference is None else reward - reference,
     )
@@ -228,6 +234,7 @@ class ToolEnv:
         self._row_id: str | None = None
         self._scan = 0  # > 0: a scan episode (only scan ``_scan`` is the model's; see play_prefix)
         self._reference: float | None = None
+        self._prefix_faults: dict[str, int] = {}
 
     def reset(self, **row: Any) -> str:
         """Start a rollout of ``row`` (a dataset row: ``row_id`` or ``id``, and ``environment_context`` as
@@ -263,6 +270,7 @@ class ToolEnv:
             ref.call_tool("submit_report", memoryless_report(ref.observation()["prompt"]), first=True, last=True)
             reference = ref.scan_records()[scan - 1]["reward"]
         self._env, self._row_id, self._scan, self._reference = env, row_id, scan, reference
+        self._prefix_faults = dict(env.metrics()["faults"] or {}) if scan else {}
         return env.observation()["prompt"]
 
     @property
@@ -279,7 +287,8 @@ class ToolEnv:
         env = self._started()
         if not self._scan:
             return {**env.metrics(), "row_id": self._row_id, "scan": 0}
-        return {**scan_metrics(env, self._scan, self._reference), "row_id": self._row_id, "scan": self._scan}
+        return {**scan_metrics(env, self._scan, self._reference, self._prefix_faults), "row_id": self._row_id,
+                "scan": self._scan}
 
     @not_a_tool
     def episode(self) -> InProcessEpisode:
