@@ -29,7 +29,7 @@ from spectrum_rft.tools.launch.cli import build_parser, options_from_args
 from spectrum_rft.tools.launch.execute import execute
 from spectrum_rft.tools.launch.heldout import band_fingerprints
 from spectrum_rft.tools.launch.ids import Redact
-from spectrum_rft.tools.launch.options import LaunchError, LaunchOptions
+from spectrum_rft.tools.launch.options import LaunchError, LaunchOptions, option_problems
 from spectrum_rft.tools.launch.plan import build_plan, write_dataset
 from spectrum_rft.tools.launch.tarball import build_tarball, source_files
 
@@ -591,3 +591,24 @@ def test_a_tracked_secret_refuses_the_launch_before_any_request(server, project,
     assert "spectrum_rft/settings.py:1 (a value assigned to FIREWORKS_API_KEY)" in cap.err
     assert "git rm --cached" in cap.err and "Traceback" not in cap.err
     _no_secrets(cap.out, cap.err)
+
+
+def test_the_resume_hint_reruns_as_printed(server, project, tmp_path, env, capsys):
+    """A launch given --eval-rows fails after uploading its held-out rows: the printed hint says what its flags
+    replace, and the command less those plus the printed flags passes the checks and resumes (the held-out rows
+    are not uploaded twice)."""
+    server.fail["job.create"] = (500, {"error": {"message": "quota exceeded"}})
+    argv = _argv(server, project, tmp_path, "--eval-rows", "8")
+    assert main(argv) == 1
+    hint = next(line for line in capsys.readouterr().err.splitlines() if line.startswith("to resume"))
+    flags, _, drop = hint.split("rerun with: ", 1)[1].partition(", in place of ")
+    assert drop == "--eval-rows 8"
+    drop_at = argv.index("--eval-rows")
+    rerun = argv[:drop_at] + argv[drop_at + len(drop.split()):] + flags.split()
+    assert option_problems(options_from_args(build_parser().parse_args(rerun))) == []
+    server.fail.clear()
+    server.records.clear()
+    assert main(rerun) == 0, capsys.readouterr().err
+    assert [r["route"] for r in server.records] == ["evaluator.get", "job.create"]
+    assert json.loads(server.records[-1]["body"])["evaluationDataset"] == \
+        f"accounts/{ACCOUNT}/datasets/spectrum-weak-scaffold-t1-heldout"

@@ -188,12 +188,14 @@ def test_a_context_too_short_for_a_windowed_episode_is_refused(server, project, 
     rc, out, err = _dry(capsys, *_argv(server, project, tmp_path))
     need = out["context"]["needed_tokens"]
     assert need == out["context"]["window_tokens"] + 1024 and f"needs ~{need} tokens" in err
+    said = next(line for line in err.splitlines() if line.startswith("context: ")).removeprefix("context: ")
     rc, _, err = _dry(capsys, *_argv(server, project, tmp_path, "--max-context-length", str(need - 1),
                                      "--batch-size", "100"))
     lines = err.strip().splitlines()
     assert rc == 2 and len(lines) == 2, err
-    assert f"--max-context-length {need - 1}: a windowed scaffold episode of arm weak-scaffold needs ~{need}" \
+    assert f"--max-context-length {need - 1}: arm weak-scaffold: a windowed scaffold episode needs ~{need}" \
         in lines[0]
+    assert lines[0].endswith(said) and lines[1].endswith(said)  # the need in the same words as the dry run's
     assert "--batch-size 100 (tokens per packed batch) cannot hold one episode" in lines[1]
     assert _dry(capsys, *_argv(server, project, tmp_path, "--max-context-length", str(need)))[0] == 0
 
@@ -238,6 +240,70 @@ def test_an_evaluation_salt_equal_to_the_training_salt_is_refused(capsys):
     rc = main(["--arm", "icl", "--dry-run", "--salt", "s1", "--eval-salt", "s1"])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and "need a salt of their own" in err
+
+
+def test_the_evaluation_line_says_what_was_checked(server, project, tmp_path, env, capsys):
+    """The held-out bands are checked against the training rows only where the training bands are the ones drawn
+    here: not with an uploaded dataset, nor with --salt process (the job's workers draw their own)."""
+    said = {}
+    for case, extra in (("drawn", ()), ("reused", ("--reuse-dataset", "ds1")), ("process", ("--salt", "process"))):
+        rc, out, err = _dry(capsys, *_argv(server, project, tmp_path, *extra))
+        assert rc == 0, err
+        said[case] = next(line for line in err.splitlines() if line.startswith("evaluation: "))
+        assert out["evaluation"]["bands_check"] in said[case]
+    assert "checked: none a training row's" in said["drawn"]
+    for case, why in (("reused", "(--reuse-dataset)"), ("process", "--salt process")):
+        assert "none a training row's" not in said[case] and "not checked against the training bands" in said[case]
+        assert why in said[case]
+
+
+def test_a_chunk_above_the_platforms_maximum_is_clamped_and_said():
+    from spectrum_rft.task.arms import ARMS
+    from spectrum_rft.tools.launch.options import MAX_CHUNK
+    from spectrum_rft.tools.launch.plan import job_kwargs
+
+    for rows, chunk, said in ((MAX_CHUNK, MAX_CHUNK, False), (MAX_CHUNK + 1, MAX_CHUNK, True)):
+        notes: list[str] = []
+        job = job_kwargs(LaunchOptions(arm="weak-scaffold", rows=rows), ARMS["weak-scaffold"], "t", "s", 1, {}, notes)
+        assert job["chunk_size"] == chunk
+        assert notes == ([f"chunk_size: --rows {rows} is above the platform's maximum chunk size {MAX_CHUNK}: "
+                          f"chunk_size {MAX_CHUNK}, so a rollout chunk is part of a dataset epoch, not one"]
+                         if said else [])
+
+
+# --------------------------------------------------------------------------------------------------
+# Resource names: one parser (ids.resource_ref) for --source-job, --status/--resume and the datasets
+# --------------------------------------------------------------------------------------------------
+
+
+def test_resource_names_are_parsed_once():
+    from spectrum_rft.tools.launch.ids import DATASETS, job_ref, resource_name
+    from spectrum_rft.tools.launch.plan import source_job_model
+
+    name = "accounts/other/reinforcementFineTuningJobs/old1"
+    assert job_ref(name, ACCOUNT) == ("other", "old1") == job_ref("old1", "other")
+    assert source_job_model(name) == "accounts/other/models/<output model of old1, read at launch>"
+    assert resource_name("ds1", DATASETS, ACCOUNT) == f"accounts/{ACCOUNT}/datasets/ds1"
+    for bad, said in ((f"accounts/{ACCOUNT}/datasets/d", "job"), ("a b", "job")):
+        with pytest.raises(LaunchError, match=rf"^{said} '{bad}': expected a {said} id or accounts/<account>/"):
+            job_ref(bad, ACCOUNT)
+    with pytest.raises(LaunchError, match="is an id: set FIREWORKS_ACCOUNT_ID"):
+        job_ref("old1", None)
+
+
+def test_a_source_job_of_another_account_is_read_there(server, project, tmp_path, env, capsys):
+    server.jobs["old1"] = {"name": "accounts/other/reinforcementFineTuningJobs/old1", "dataset": "d", "evaluator": "e",
+                           "state": "JOB_STATE_COMPLETED", "trainingConfig": {"outputModel": "m1"}}
+    rc = main(_argv(server, project, tmp_path, "--source-job", "accounts/other/reinforcementFineTuningJobs/old1"))
+    assert rc == 0, capsys.readouterr().err
+    assert server.records[0]["path"] == "/v1/accounts/other/reinforcementFineTuningJobs/old1"
+    assert json.loads(server.records[-1]["body"])["trainingConfig"]["warmStartFrom"] == "accounts/other/models/m1"
+
+
+def test_a_dataset_named_as_another_resource_is_refused_in_one_line(server, project, tmp_path, env, capsys):
+    rc, _, err = _dry(capsys, *_argv(server, project, tmp_path, "--reuse-dataset", f"accounts/{ACCOUNT}/models/m"))
+    assert rc == 2 and err.count("\n") == 1 and server.records == []
+    assert f"dataset 'accounts/{ACCOUNT}/models/m': expected a dataset id or accounts/<account>/datasets/<id>" in err
 
 
 # --------------------------------------------------------------------------------------------------

@@ -107,7 +107,8 @@ def test_report_shows_held_out_figures_per_epoch_per_arm_with_the_control(capsys
     assert all(line.split()[1:3] == ["3", "3"] for line in block[2:6])  # 3 rollouts of 3 bands per pass
     assert "held-out bands never trained on: PASS (3 held-out bands, none among 9 training bands)" in out
     assert "held-out control comparison: weak (treatment) vs ctrl (control)" in out
-    assert "paired over 3 held-out bands both runs saw: " in out
+    assert "paired (at epoch 2, the last evaluation group both runs reached) over 3 held-out bands both runs saw: " \
+        in out
 
 
 def test_the_curves_show_the_held_out_bands(tmp_path, capsys):
@@ -184,3 +185,59 @@ def test_held_out_rows_alone_are_read_as_any_rows(tmp_path, capsys):
     rc, out, err = _report(capsys, str(_write(held, tmp_path / "h.jsonl")), "--png", "", "--group-by", "order:4")
     assert rc == 0, err
     assert "held-out bands of run" not in out and "run h: 12 rollouts of 3 rows in 4 buckets" in out
+
+
+def _heldout_row(r: dict) -> bool:
+    return r["input_metadata"]["dataset_info"]["environment_context"].get("split") == "heldout"
+
+
+def test_the_paired_difference_is_taken_at_the_last_group_both_runs_reached(tmp_path, capsys):
+    """A control job stopped during epoch 0 (its later training rows and evaluation passes never happened):
+    the paired difference is the treatment's epoch-0 pass against the control's, not every pass of the
+    treatment pooled against the control's two."""
+    rows = [json.loads(x) for x in (FIXTURES / "heldout_ctrl.jsonl").read_text().splitlines()]
+    early = [r for r in rows if (r["execution_metadata"]["rollout_id"].endswith(("-pass0", "-pass1")) if _heldout_row(r)
+                                 else r["input_metadata"]["dataset_info"]["environment_context"]["epoch"] == 0)]
+    ctrl = _write(early, tmp_path / "ctrl.jsonl")
+    rc, out, err = _report(capsys, f"weak={FIXTURES / 'heldout_weak.jsonl'}", f"ctrl={ctrl}", "--control", "ctrl",
+                           "--group-by", "epoch", "--png", "", "--json")
+    assert rc == 0, err
+    (cmp,) = json.loads(out)["heldout"]["comparisons"]
+    assert cmp["paired_at"] == 0
+    at0 = next(p for p in cmp["per_epoch"] if p["x"] == 0)
+    for m in ("memory_gain", "dormant_recall"):  # every band in both runs at epoch 0: the paired mean is the gap
+        assert cmp["paired"][m]["bands"] == 3
+        assert cmp["paired"][m]["mean_difference"] == pytest.approx(at0[m]["difference"])
+    rc, out, _ = _report(capsys, f"weak={FIXTURES / 'heldout_weak.jsonl'}", f"ctrl={ctrl}", "--control", "ctrl",
+                         "--png", "")
+    assert "paired (at epoch 0, the last evaluation group both runs reached) over 3 held-out bands" in out
+
+
+def test_a_held_out_curve_has_its_own_runs_colour(tmp_path, capsys):
+    """A run without held-out rows listed first: each held-out curve keeps the colour of its run's training
+    curve, not the colour of the run at its position among the held-out runs."""
+    from spectrum_rft.tools.report.render import figure
+
+    rows = [json.loads(x) for x in (FIXTURES / "heldout_weak.jsonl").read_text().splitlines()]
+    plain = _write([r for r in rows if not _heldout_row(r)], tmp_path / "plain.jsonl")
+    rc, out, err = _report(capsys, f"a={plain}", f"weak={FIXTURES / 'heldout_weak.jsonl'}",
+                           f"ctrl={FIXTURES / 'heldout_ctrl.jsonl'}", "--png", "", "--json")
+    assert rc == 0, err
+    memory_gain = figure(json.loads(out)).axes[1]
+    colour = {line.get_label(): line.get_color() for line in memory_gain.get_lines()
+              if not line.get_label().startswith("_")}
+    assert set(colour) == {"a", "weak", "ctrl", "weak held-out", "ctrl held-out"}
+    assert colour["weak held-out"] == colour["weak"] != colour["a"]
+    assert colour["ctrl held-out"] == colour["ctrl"]
+
+
+def test_loading_report_does_not_load_launch():
+    """The held-out split marker is a row's (``rollouts.dataset``): reading rows needs none of the launch CLI."""
+    import subprocess
+    import sys
+
+    code = ("import sys, spectrum_rft.tools.report, spectrum_rft.tools.report.validate as v; "
+            "print(sorted(m for m in sys.modules if m.startswith('spectrum_rft.tools.launch')), "
+            "v.is_heldout({'split': 'heldout'}), v.is_heldout({}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["[]", "True", "False"]

@@ -30,6 +30,17 @@ from spectrum_rft.task.rows import row_seed
 USER_PROMPT_TEMPLATE = "{observation}"
 FIRST_USER_MESSAGE = "Begin monitoring. The first scan follows."
 
+# A row's split marker: ``environment_context["split"] == "heldout"`` marks a held-out evaluation row (fresh bands
+# a job scores and never trains on: ``spectrum-rft launch`` writes it, ``spectrum-rft report`` reads it). The env
+# ignores keys it does not know, so the row plays as any other.
+SPLIT_KEY = "split"
+HELDOUT = "heldout"
+
+
+def is_heldout(environment_context: Any) -> bool:
+    """Whether a row's ``environment_context`` marks it as a held-out evaluation row."""
+    return isinstance(environment_context, dict) and environment_context.get(SPLIT_KEY) == HELDOUT
+
 
 # The presets a generated row can play: its seed is hashed from the row id. A preset whose seed is the run
 # index of a fixed schedule (bench90) has rows of its own, pinned to the run (``spectrum-rft bench90``).

@@ -4,9 +4,10 @@ One module per job, imports pointing down the list:
 
 * the experiment arms: :mod:`spectrum_rft.task.arms` (shared with `spectrum-rft train`)
 * :mod:`.options`  :class:`LaunchOptions` (typed flags), defaults, the checks before any request, :class:`LaunchError`
-* :mod:`.ids`      resource ids, .env key names, secret redaction (logs and request bodies)
+* :mod:`.ids`      resource ids, resource names (job_ref), .env key names, secret redaction (logs and request bodies)
 * :mod:`.tarball`  the evaluator source tarball: files git tracks, of the allowlist; refuses secrets
-* :mod:`.heldout`  the held-out evaluation rows: split marker, salt, prefix, band fingerprints (report reads it too)
+* :mod:`.heldout`  the held-out evaluation rows: salt, prefix, band fingerprints (the split
+                   marker is a row's: spectrum_rft.rollouts.dataset)
 * :mod:`.context`  what one windowed episode of the arm needs of the context
 * :mod:`.plan`     :func:`build_plan`: options -> every id, row and request body (writes nothing)
 * :mod:`.execute`  the steps through the fireworks-ai SDK, what exists after a failure

@@ -48,9 +48,9 @@ from typing import Any
 
 from spectrum_rft.task.arms import ARMS
 from .dryrun import dry_run, firectl_lines, source_listing
-from .execute import api_error_text, execute, resume_flags
-from .follow import format_status, job_ref, job_status, resume_job
-from .ids import redacted_logs
+from .execute import api_error_text, execute, resume_flags, resume_replaces
+from .follow import format_status, job_status, resume_job
+from .ids import job_ref, redacted_logs
 from .options import DEFAULT_BASE_URL, DEFAULTS, EPOCH_MODES, LOSS_METHODS, LaunchError, LaunchOptions
 from .plan import Plan, build_plan, describe_start, write_dataset
 
@@ -159,7 +159,7 @@ def describe_evaluation(plan: Plan) -> str:
     if ev["mode"] == "heldout":
         where = plan.eval_dataset_path if plan.eval_dataset_on_disk == plan.eval_dataset_path else \
             f"a temporary file (--keep writes {plan.eval_dataset_path})"
-        return (f"evaluation: {ev['rows']} held-out rows (fresh bands, salt {ev['salt']!r}, none a training row's) "
+        return (f"evaluation: {ev['rows']} held-out rows (fresh bands, salt {ev['salt']!r}; {ev['bands_check']}) "
                 f"-> {plan.eval_dataset_name} (evaluationDataset), {where}")
     if ev["mode"] == "dataset":
         return f"evaluation: the uploaded dataset {ev['dataset']} (evaluationDataset)"
@@ -173,9 +173,7 @@ def describe_context(plan: Plan) -> str | None:
     if c is None:
         return None
     have = plan.job_kwargs["training_config"].get("max_context_length")
-    return (f"context: a windowed {plan.arm.memory_mode} episode needs ~{c.total} tokens ({c.prompt_tokens} window "
-            f"and tools" + (f" + {c.notepad_tokens} notepad" if c.notepad_tokens else "") + f" + {c.output_tokens} "
-            f"output; 4 characters a token)" + (f"; --max-context-length {have}" if have else ""))
+    return f"context: {c.describe()}" + (f"; --max-context-length {have}" if have else "")
 
 
 def print_plan(plan: Plan, err: Any) -> None:
@@ -236,7 +234,8 @@ def _launch(plan: Plan, a: argparse.Namespace, secrets: list[str], out: Any, err
               "error": result.error, "failed_step": result.failed_step}
     if result.error:
         flags = resume_flags(plan, result)
-        report["resume_flags"] = flags
+        drop = resume_replaces(flags, a.eval_rows)
+        report["resume_flags"], report["resume_replaces"] = flags, drop
         print(f"\nspectrum-rft launch: FAILED at {result.failed_step}: {result.error}", file=err)
         if result.created:
             print("already created (not rolled back):", file=err)
@@ -245,7 +244,8 @@ def _launch(plan: Plan, a: argparse.Namespace, secrets: list[str], out: Any, err
         else:
             print("nothing was created.", file=err)
         if flags:
-            print(f"to resume without re-creating them, rerun with: {' '.join(flags)}", file=err)
+            print(f"to resume without re-creating them, rerun with: {' '.join(flags)}"
+                  + (f", in place of {' '.join(drop)}" if drop else ""), file=err)
     if a.json:
         print(json.dumps(report, indent=2), file=out)
     elif not result.error:

@@ -27,10 +27,18 @@ class ContextNeed:
     notepad_tokens: int  # the notepad at its cap, twice (notepad modes only)
     output_tokens: int  # max_output_tokens
     model_calls: int
+    memory_mode: str = ""
 
     @property
     def total(self) -> int:
         return self.prompt_tokens + self.notepad_tokens + self.output_tokens
+
+    def describe(self) -> str:
+        """The need in words, one line (the dry run's context line and the refusal of a too-short context)."""
+        parts = [f"{self.prompt_tokens} of window and tools"]
+        parts += [f"{self.notepad_tokens} of notepad"] if self.notepad_tokens else []
+        return (f"a windowed {self.memory_mode} episode needs ~{self.total} tokens ("
+                + " + ".join([*parts, f"{self.output_tokens} of output"]) + "; 4 characters a token)")
 
 
 def episode_need(row: dict, max_output_tokens: int) -> ContextNeed:
@@ -57,4 +65,4 @@ def episode_need(row: dict, max_output_tokens: int) -> ContextNeed:
     mode = config.memory
     notepad = 2 * (config.notepad_chars // 4) if (mode.notepad_tools or mode.notepad_in_scan) else 0
     return ContextNeed(prompt_tokens=peak[0], notepad_tokens=notepad, output_tokens=max_output_tokens,
-                       model_calls=calls[0])
+                       model_calls=calls[0], memory_mode=config.memory_mode)

@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from .ids import job_ref
 from .options import LaunchError
 from .plan import Plan
 
@@ -45,7 +46,7 @@ def _source_job(plan: Plan, client: Any, enter: Callable[[str], None]) -> None:
     created, so a job with no model refuses the launch with nothing to clean up)."""
     enter("source_job.get")
     name = plan.start["job"]
-    account, job_id = name.split("/")[1], name.rsplit("/", 1)[-1]
+    account, job_id = job_ref(name, None)
     job = client.reinforcement_fine_tuning_jobs.get(job_id, account_id=account)
     state = getattr(job, "state", None) or "JOB_STATE_UNSPECIFIED"
     output = getattr(getattr(job, "training_config", None), "output_model", None)
@@ -190,3 +191,9 @@ def resume_flags(plan: Plan, out: Outcome) -> list[str]:
     if plan.reuse_evaluator or kinds.get("evaluator", {}).get("detail") in ("ACTIVE",):
         flags.append("--reuse-evaluator")
     return flags
+
+
+def resume_replaces(flags: list[str], eval_rows: int | None) -> list[str]:
+    """The flags of the failed launch that the resume flags replace (to drop when rerunning): ``--eval-rows N``
+    once the held-out rows are uploaded (``--evaluation-dataset`` names them; the two together are refused)."""
+    return ["--eval-rows", str(eval_rows)] if "--evaluation-dataset" in flags and eval_rows not in (None, 0) else []

@@ -1,28 +1,14 @@
 """Following a job after the launch: ``launch --status JOB`` (state, epoch, the job's metrics as the API returns
 them, on one screen) and ``launch --resume JOB`` (the SDK's ``reinforcement_fine_tuning_jobs.resume``: the
-platform's ``:resume`` of a stopped job), both through the fireworks-ai SDK."""
+platform's ``:resume`` of a stopped job), both through the fireworks-ai SDK. The job is named as for a launch
+(:func:`~spectrum_rft.tools.launch.ids.job_ref`)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from .ids import resource_id
-from .options import JOB_ID, RESOURCE_NAME, LaunchError
-
-JOBS = "reinforcementFineTuningJobs"
 MAX_METRIC_LINES = 20  # one screen
-
-
-def job_ref(job: str, account: str | None) -> tuple[str, str]:
-    """(account, job id) of ``JOB`` (an id, with the account from FIREWORKS_ACCOUNT_ID, or a resource name)."""
-    if RESOURCE_NAME.fullmatch(job) and f"/{JOBS}/" in job:
-        return job.split("/")[1], job.rsplit("/", 1)[-1]
-    if JOB_ID.fullmatch(job):
-        if not account:
-            raise LaunchError(f"job {job!r} is an id: set FIREWORKS_ACCOUNT_ID or give accounts/<account>/{JOBS}/{job}")
-        return account, resource_id(job)
-    raise LaunchError(f"job {job!r}: expected a job id or accounts/<account>/{JOBS}/<id>")
 
 
 def job_status(client: Any, account: str, job_id: str) -> dict:

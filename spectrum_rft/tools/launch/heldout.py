@@ -3,8 +3,10 @@
 How its rows are told apart from training rows, everywhere they travel (the uploaded dataset, the rows the
 job's evaluator scores, what ``spectrum-rft report`` reads):
 
-* ``environment_context["split"] == "heldout"`` (:data:`SPLIT_KEY`, :data:`HELDOUT`): the marker report reads
-  (:func:`is_heldout`). The env ignores keys it does not know, so the evaluator plays the row as any other.
+* ``environment_context["split"] == "heldout"`` (:data:`~spectrum_rft.rollouts.dataset.SPLIT_KEY`,
+  :data:`~spectrum_rft.rollouts.dataset.HELDOUT`): the marker report reads (``rollouts.dataset.is_heldout``: a
+  row's marker, so report reads it without loading launch). The env ignores keys it does not know, so the
+  evaluator plays the row as any other.
 * row ids ``<prefix>-heldout-rNNNN`` (:func:`heldout_prefix`): for a person reading the job's logs.
 * no ``environment_context["epoch"]``: the same held-out rows are scored at every evaluation pass, so no
   epoch belongs to the row; report places each scored held-out rollout at the training epoch in progress
@@ -15,10 +17,9 @@ job's evaluator scores, what ``spectrum-rft report`` reads):
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Iterable
 
-SPLIT_KEY = "split"
-HELDOUT = "heldout"
+from spectrum_rft.rollouts.dataset import HELDOUT, SPLIT_KEY
 
 
 def heldout_prefix(prefix: str) -> str:
@@ -28,11 +29,6 @@ def heldout_prefix(prefix: str) -> str:
 def default_eval_salt(salt: str) -> str:
     """The held-out rows' salt: never the training salt (and never ``process``: see the options' checks)."""
     return f"{HELDOUT}:{salt}" if salt else HELDOUT
-
-
-def is_heldout(environment_context: Any) -> bool:
-    """Whether a row's ``environment_context`` marks it as a held-out evaluation row."""
-    return isinstance(environment_context, dict) and environment_context.get(SPLIT_KEY) == HELDOUT
 
 
 def heldout_rows(n: int, *, prompt: str, memory_mode: str, preset: str, reward: str, think: bool, salt: str,

@@ -1,4 +1,5 @@
-"""Fireworks resource ids, and keeping secrets out of what a launch prints and logs."""
+"""Fireworks resource ids and names (the one parser: :func:`resource_ref`), and keeping secrets out of what a
+launch prints and logs."""
 
 from __future__ import annotations
 
@@ -8,6 +9,11 @@ import re
 from pathlib import Path
 from typing import Any, Iterator
 
+from .options import JOB_ID, RESOURCE_NAME, LaunchError
+
+JOBS = "reinforcementFineTuningJobs"
+DATASETS = "datasets"
+NOUNS = {JOBS: "job", DATASETS: "dataset"}
 SDK_LOGGERS = ("fireworks", "fireworks._base_client", "httpx", "httpcore", "httpcore.http11", "httpcore.connection")
 
 
@@ -17,6 +23,32 @@ def resource_id(text: str, limit: int = 63) -> str:
     if not s or not s[0].isalpha():
         s = "x-" + s
     return s[:limit].rstrip("-")
+
+
+def resource_ref(name: str, collection: str, account: str | None) -> tuple[str, str]:
+    """(account, id) of a resource of ``collection`` given as an id (the account from ``account``, e.g.
+    FIREWORKS_ACCOUNT_ID) or as a resource name ``accounts/<account>/<collection>/<id>``; anything else, or an id
+    with no account, is refused in one line (:class:`LaunchError`). The one parser of resource names."""
+    noun = NOUNS.get(collection, "resource")
+    if RESOURCE_NAME.fullmatch(name) and name.split("/")[2] == collection:
+        return name.split("/")[1], name.split("/")[3]
+    if JOB_ID.fullmatch(name):
+        if not account:
+            raise LaunchError(f"{noun} {name!r} is an id: set FIREWORKS_ACCOUNT_ID or give "
+                              f"accounts/<account>/{collection}/{name}")
+        return account, resource_id(name)
+    raise LaunchError(f"{noun} {name!r}: expected a {noun} id or accounts/<account>/{collection}/<id>")
+
+
+def job_ref(job: str, account: str | None) -> tuple[str, str]:
+    """(account, job id) of ``JOB`` (an id, with the account given, or a resource name): :func:`resource_ref`."""
+    return resource_ref(job, JOBS, account)
+
+
+def resource_name(name: str, collection: str, account: str | None) -> str:
+    """``accounts/<account>/<collection>/<id>`` of a resource given as an id or a resource name."""
+    acct, rid = resource_ref(name, collection, account)
+    return f"accounts/{acct}/{collection}/{rid}"
 
 
 def evaluator_id_for(entry: str) -> str:

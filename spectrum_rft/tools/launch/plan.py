@@ -17,8 +17,8 @@ from spectrum_rft.tools.entries import ENTRIES, entry_spec
 from spectrum_rft.task.arms import ARMS, Arm
 from .context import ContextNeed, episode_need
 from .heldout import check_disjoint, default_eval_salt, heldout_rows
-from .ids import dotenv_keys, evaluator_id_for, resource_id
-from .options import DEFAULT_BASE_URL, DEFAULTS, LaunchError, LaunchOptions, option_problems
+from .ids import DATASETS, JOBS, dotenv_keys, evaluator_id_for, job_ref, resource_id, resource_name
+from .options import DEFAULT_BASE_URL, DEFAULTS, MAX_CHUNK, LaunchError, LaunchOptions, option_problems
 from .tarball import TAR_WARN_BYTES, source_bundle
 
 DRY_RUN_ACCOUNT = "ACCOUNT_ID"  # placeholder in dry-run paths when FIREWORKS_ACCOUNT_ID is unset
@@ -115,17 +115,12 @@ def _account(o: LaunchOptions, env: Mapping[str, str], notes: list[str]) -> str:
     return account
 
 
-def qualified(name: str, account: str, collection: str) -> str:
-    """A resource name: ``name`` when it already is one, else ``accounts/<account>/<collection>/<id>``."""
-    return name if name.startswith("accounts/") else f"accounts/{account}/{collection}/{resource_id(name)}"
-
-
 def start_of(o: LaunchOptions, account: str) -> dict[str, str]:
     """Where training starts, for the job body, the dry run and the run record."""
     if o.warm_start_from:
         return {"from": "warm_start_from", "model": o.warm_start_from}
     if o.source_job:
-        return {"from": "source_job", "job": qualified(o.source_job, account, "reinforcementFineTuningJobs")}
+        return {"from": "source_job", "job": resource_name(o.source_job, JOBS, account)}
     return {"from": "base_model", "model": o.start_model}
 
 
@@ -176,8 +171,8 @@ SOURCE_JOB_MODEL = "{account}/models/<output model of {job_id}, read at launch>"
 
 def source_job_model(job: str) -> str:
     """The stand-in for the output model of ``job`` (``accounts/<a>/reinforcementFineTuningJobs/<id>``)."""
-    account, job_id = job.rsplit("/reinforcementFineTuningJobs/", 1)
-    return SOURCE_JOB_MODEL.format(account=account, job_id=job_id)
+    account, job_id = job_ref(job, None)
+    return SOURCE_JOB_MODEL.format(account=f"accounts/{account}", job_id=job_id)
 
 
 def job_kwargs(o: LaunchOptions, arm: Arm, tag: str, stem: str, train_epochs: int, env: Mapping[str, str],
@@ -220,8 +215,12 @@ def job_kwargs(o: LaunchOptions, arm: Arm, tag: str, stem: str, train_epochs: in
     if (evaluation or {}).get("mode") == "carveout":
         job["eval_auto_carveout"] = True
     chunk = o.chunk_size if o.chunk_size is not None else (o.rows if o.epoch_mode == "fresh" else 0)
+    if chunk > MAX_CHUNK:  # only --rows can be above it (--chunk-size is checked)
+        notes.append(f"chunk_size: --rows {chunk} is above the platform's maximum chunk size {MAX_CHUNK}: chunk_size "
+                     f"{MAX_CHUNK}, so a rollout chunk is part of a dataset epoch, not one")
+        chunk = MAX_CHUNK
     if chunk:
-        job["chunk_size"] = min(chunk, 10_000)
+        job["chunk_size"] = chunk
     if o.wandb_project:
         wandb: dict[str, Any] = {"enabled": True, "project": o.wandb_project}
         if o.wandb_entity:
@@ -240,7 +239,7 @@ def _evaluation(o: LaunchOptions, account: str) -> dict[str, Any]:
     """How the job evaluates while it trains: fresh held-out bands (default), the platform's carve-out, an
     uploaded evaluation dataset, or not at all (``--eval-rows 0``)."""
     if o.evaluation_dataset:
-        return {"mode": "dataset", "dataset": qualified(o.evaluation_dataset, account, "datasets")}
+        return {"mode": "dataset", "dataset": resource_name(o.evaluation_dataset, DATASETS, account)}
     if o.eval_auto_carveout:
         return {"mode": "carveout"}
     n = DEFAULTS["eval_rows"] if o.eval_rows is None else o.eval_rows
@@ -266,6 +265,7 @@ def build_plan(o: LaunchOptions, env: Mapping[str, str] | None = None) -> Plan:
         raise LaunchError("\n".join(problems))
     notes: list[str] = []
     account = _account(o, env, notes)
+    reuse_dataset = resource_name(o.reuse_dataset, DATASETS, account) if o.reuse_dataset else None
     base_url = (o.base_url or env.get("FIREWORKS_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
     entry = resolve_entry(o.entry)
     project_dir = Path(o.project_dir).resolve()
@@ -290,7 +290,6 @@ def build_plan(o: LaunchOptions, env: Mapping[str, str] | None = None) -> Plan:
         raise LaunchError("\n".join(problems))
     job = job_kwargs(o, arm, tag, stem, train_epochs, env, notes, start, evaluation)
 
-    reuse_dataset = qualified(o.reuse_dataset, account, "datasets") if o.reuse_dataset else None
     plan = Plan(arm=arm, account_id=account, base_url=base_url, entry=entry, project_dir=project_dir,
                 dataset_id=resource_id(o.dataset_id or stem), dataset_path=dataset_path,
                 dataset_rows=len(rows) if rows else o.rows * dataset_epochs, dataset_epochs=dataset_epochs,
@@ -320,11 +319,15 @@ def _heldout(o: LaunchOptions, arm: Arm, evaluation: dict[str, Any], rows: list[
         return []
     out = heldout_rows(evaluation["rows"], prompt=arm.prompt, memory_mode=arm.memory_mode, preset=o.preset,
                        reward=o.reward, think=o.think, salt=evaluation["salt"], prefix=o.prefix)
-    if rows:
-        check_disjoint(rows, out)
+    if not rows:  # what was checked, in words (the dry run's evaluation line, the run record)
+        evaluation["bands_check"] = ("not checked against the training bands: the training rows are an uploaded "
+                                     "dataset (--reuse-dataset)")
+    elif o.salt == "process":
+        evaluation["bands_check"] = ("not checked against the training bands: --salt process draws them in each "
+                                     "worker process, so bands drawn here are not the job's")
     else:
-        notes.append("evaluation: the training rows are an uploaded dataset (--reuse-dataset): the held-out bands "
-                     "were not checked against them here")
+        check_disjoint(rows, out)
+        evaluation["bands_check"] = "checked: none a training row's"
     return out
 
 
@@ -334,9 +337,7 @@ def _context(o: LaunchOptions, arm: Arm, rows: list[dict], problems: list[str]) 
     if not rows:
         return None
     need = episode_need(rows[0], o.max_output_tokens)
-    what = (f"a windowed {arm.memory_mode} episode of arm {arm.name} needs ~{need.total} tokens ({need.prompt_tokens} "
-            f"of window and tools" + (f", {need.notepad_tokens} of notepad" if need.notepad_tokens else "")
-            + f", {need.output_tokens} of output)")
+    what = f"arm {arm.name}: {need.describe()}"
     if o.max_context_length is not None and o.max_context_length < need.total:
         problems.append(f"--max-context-length {o.max_context_length}: {what}")
     if o.batch_size is not None and o.batch_size < need.total:

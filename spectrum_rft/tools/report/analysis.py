@@ -10,7 +10,7 @@ from typing import Any, Sequence
 from spectrum_rft.common.stats import first_last, linear_fit, mean, standard_error
 from spectrum_rft.rollouts.failures import no_result
 
-from .heldout import analyze as analyze_heldout, compare as compare_heldout
+from .heldout import analyze as analyze_heldout, compare as compare_heldout, place
 from .checks import check_freshness, check_integrity
 from .load import Loaded, dedupe, split_by_model
 from .table import build_table
@@ -175,15 +175,18 @@ def _heldout(analyzed: dict[str, dict], rows: dict[str, list[Rollout]], held: di
     """The held-out figures of every run that has them (:mod:`.heldout`: the evaluation rows of a launch, placed at the
     training group in progress when they were scored), and treatment vs control on them."""
     out: dict[str, Any] = {"runs": [], "comparisons": []}
-    by = {}
+    by, placed = {}, {}
     for name, hs in held.items():
         if analyzed[name]["failed"]:
             continue
-        by[name] = analyze_heldout(name, assign_x(rows[name], group_by), hs) | {"axis": analyzed[name]["axis"]}
-        if by[name]["note"]:
-            notes.append(f"run {name}: {by[name]['note']}")
+        train = assign_x(rows[name], group_by)
+        placed[name], note = place(train, hs)
+        by[name] = analyze_heldout(name, train, placed[name], note) | {"axis": analyzed[name]["axis"]}
+        if note:
+            notes.append(f"run {name}: {note}")
         out["runs"].append(by[name])
-    out["comparisons"] = [compare_heldout(by[t], by[c], held[t], held[c]) for t, c in pairs if t in by and c in by]
+    out["comparisons"] = [compare_heldout(by[t], by[c], placed[t], placed[c]) for t, c in pairs
+                          if t in by and c in by]
     return out
 
 

@@ -1,7 +1,8 @@
 """Held-out bands scored during a Fireworks RFT job: the evaluation rows `spectrum-rft launch` uploads as the job's
-``evaluationDataset`` (:mod:`spectrum_rft.tools.launch.heldout`: ``environment_context["split"] == "heldout"``, no
-epoch, never a training band). The experiment's question on them: does memory use rise over training on bands the
-model has never seen, more than in the control arm?
+``evaluationDataset`` (:mod:`spectrum_rft.tools.launch.heldout`; the marker, ``environment_context["split"] ==
+"heldout"``, is a row's: :func:`spectrum_rft.rollouts.dataset.is_heldout`; no epoch, never a training band). The
+experiment's question on them: does memory use rise over training on bands the model has never seen, more than
+in the control arm?
 
 Where a held-out rollout goes on the x-axis: the same held-out rows are scored at every evaluation pass, so the
 row carries no epoch. A scored held-out rollout is placed at the training group (epoch) in progress when it was
@@ -9,7 +10,9 @@ scored: the last group whose first training rollout was created at or before the
 ``created_at`` (-1: before the first training rollout, the untrained model). Without timestamps (on a held-out
 rollout, or on every training rollout of a group) the held-out rollouts are one group, ``None``, and a note says so.
 
-Means and standard errors are over bands (a band's rollouts averaged first), as in the model table.
+Means and standard errors are over bands (a band's rollouts averaged first), as in the model table. The paired
+treatment-vs-control difference is taken at one evaluation group, the last both runs reached (two jobs stopped
+at different stages would otherwise mix stages): :func:`compare`.
 """
 
 from __future__ import annotations
@@ -72,12 +75,12 @@ def _band_means(rows: Sequence[Rollout], metric: str) -> dict[str, float]:
     return {k: mean(v) for k, v in acc.items()}  # type: ignore[misc]  (v is never empty)
 
 
-def analyze(name: str, train_points: Sequence[tuple[int, Rollout]], held: Sequence[Rollout]) -> dict[str, Any]:
-    """One run's held-out figures per group, their trends, and the check that no held-out band was trained on."""
-    points, note = place(train_points, held)
-    groups: dict[int | None, list[Rollout]] = {}
-    for x, r in points:
-        groups.setdefault(x, []).append(r)
+def analyze(name: str, train_points: Sequence[tuple[int, Rollout]],
+            placed: Sequence[tuple[int | None, Rollout]], note: str | None) -> dict[str, Any]:
+    """One run's held-out figures per group (``placed``: :func:`place`'s), their trends, and the check that no
+    held-out band was trained on."""
+    held = [r for _, r in placed]
+    groups = _groups(placed)
     per = []
     for x in sorted(groups, key=lambda k: (k is None, k if k is not None else 0)):
         rs = groups[x]
@@ -94,6 +97,13 @@ def analyze(name: str, train_points: Sequence[tuple[int, Rollout]], held: Sequen
     return {"run": name, "rollouts": len(held), "bands": len({r.fingerprint or r.row_id for r in held}),
             "per_epoch": per, "trend": trend, "note": note,
             "checks": [never_trained_on([r for _, r in train_points], held)]}
+
+
+def _groups(placed: Sequence[tuple[int | None, Rollout]]) -> dict[int | None, list[Rollout]]:
+    out: dict[int | None, list[Rollout]] = {}
+    for x, r in placed:
+        out.setdefault(x, []).append(r)
+    return out
 
 
 def never_trained_on(train: Sequence[Rollout], held: Sequence[Rollout]) -> dict[str, Any]:
@@ -113,9 +123,13 @@ def never_trained_on(train: Sequence[Rollout], held: Sequence[Rollout]) -> dict[
                                                 "training bands"}
 
 
-def compare(treat: dict, ctrl: dict, t_held: Sequence[Rollout], c_held: Sequence[Rollout]) -> dict[str, Any]:
+def compare(treat: dict, ctrl: dict, t_placed: Sequence[tuple[int | None, Rollout]],
+            c_placed: Sequence[tuple[int | None, Rollout]]) -> dict[str, Any]:
     """Treatment vs control on held-out bands: per group, both means and the difference; both slopes and the
-    difference; and the difference paired over the held-out bands both runs saw (same eval salt: same bands)."""
+    difference; and the difference paired over the held-out bands both runs saw (same eval salt: same bands) at
+    ``paired_at``, the last evaluation group both runs reached (None: the held-out rows are one group; no band
+    paired when the runs share no group), so a job stopped earlier is never compared with a later stage of the
+    other."""
     c_by = {p["x"]: p for p in ctrl["per_epoch"]}
     per = []
     for p in treat["per_epoch"]:
@@ -130,9 +144,13 @@ def compare(treat: dict, ctrl: dict, t_held: Sequence[Rollout], c_held: Sequence
         ts, cs = treat["trend"][m], ctrl["trend"][m]
         slopes[m] = {"treatment": ts and ts["slope"], "control": cs and cs["slope"],
                      "difference": ts["slope"] - cs["slope"] if ts and cs else None}
+    tg, cg = _groups(t_placed), _groups(c_placed)
+    shared = set(tg) & set(cg)
+    at = max((x for x in shared if x is not None), default=None)
     paired = {}
     for m in HELDOUT_METRICS:
-        tb, cb = _band_means(t_held, m), _band_means(c_held, m)
+        tb, cb = (_band_means(tg[at], m), _band_means(cg[at], m)) if at in shared else ({}, {})
         diffs = [tb[k] - cb[k] for k in sorted(set(tb) & set(cb))]
         paired[m] = {"bands": len(diffs), "mean_difference": mean(diffs), "se": standard_error(diffs)}
-    return {"treatment": treat["run"], "control": ctrl["run"], "per_epoch": per, "slopes": slopes, "paired": paired}
+    return {"treatment": treat["run"], "control": ctrl["run"], "per_epoch": per, "slopes": slopes,
+            "paired_at": at, "paired": paired}

@@ -115,7 +115,9 @@ def format_heldout(report: dict) -> list[str]:
         for c in run["checks"]:
             out.append(f"  {c['name']}: {'PASS' if c['ok'] else 'FAIL'} ({c['detail']})")
         out.append("")
+    axes = {run["run"]: run["axis"] for run in h.get("runs", [])}
     for cmp in h.get("comparisons", []):
+        axis = axes.get(cmp["treatment"], "epoch")
         out.append(f"held-out control comparison: {cmp['treatment']} (treatment) vs {cmp['control']} (control), "
                    "treatment vs control (difference)")
         for p in cmp["per_epoch"]:
@@ -127,7 +129,11 @@ def format_heldout(report: dict) -> list[str]:
             for m, d in cmp["slopes"].items()))
         pr = cmp["paired"]
         n = max(d["bands"] for d in pr.values())
-        out.append(f"  paired over {n} held-out bands both runs saw: " + ";  ".join(
+        at = cmp.get("paired_at")
+        stage = "before training" if at == BEFORE_TRAINING else f"{axis} {at}"
+        where = "the held-out rows are one group" if at is None else \
+            f"at {stage}, the last evaluation group both runs reached"
+        out.append(f"  paired ({where}) over {n} held-out bands both runs saw: " + ";  ".join(
             f"{m} {_f(d['mean_difference'], '.3f', True)}" + (f" ± {d['se']:.3f}" if d["se"] is not None else "")
             for m, d in pr.items()))
         out.append("")
@@ -199,23 +205,24 @@ def figure(report: dict):  # noqa: ANN201 (a matplotlib Figure)
 
     fig, axes = plt.subplots(2, 2, figsize=(10, 7), constrained_layout=True)
     xs = sorted({p[run["axis"]] for run in report["runs"] for p in run["per_epoch"]})
+    colour = {run["run"]: f"C{i % 10}" for i, run in enumerate(report["runs"])}  # a run's training and held-out lines
     for ax, m in zip(axes.flat, METRICS):
-        for i, run in enumerate(report["runs"]):
+        for run in report["runs"]:
             axis = run["axis"]
             pts = [(p[axis], p[m]) for p in run["per_epoch"] if p[m] is not None]
             if not pts:
                 continue
-            color = f"C{i % 10}"
+            color = colour[run["run"]]
             ax.plot([a for a, _ in pts], [b for _, b in pts], "o-", color=color, label=run["run"])
             t = run["trend"][m]
             if t is not None:
                 x0, x1 = pts[0][0], pts[-1][0]
                 ax.plot([x0, x1], [t["intercept"] + t["slope"] * x0, t["intercept"] + t["slope"] * x1], "--",
                         color=color, alpha=0.6)
-        for i, run in enumerate((report.get("heldout") or {}).get("runs", [])):  # held-out bands: dotted squares
+        for run in (report.get("heldout") or {}).get("runs", []):  # held-out bands: dotted squares, the run's colour
             pts = [(p["x"], p[m]) for p in run["per_epoch"] if m in p and p["x"] is not None and p[m] is not None]
             if pts:
-                ax.plot([a for a, _ in pts], [b for _, b in pts], "s:", color=f"C{i % 10}", alpha=0.8,
+                ax.plot([a for a, _ in pts], [b for _, b in pts], "s:", color=colour[run["run"]], alpha=0.8,
                         label=f"{run['run']} held-out")
                 xs = sorted(set(xs) | {a for a, _ in pts})
         ax.set_title(m)

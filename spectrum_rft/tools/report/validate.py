@@ -9,7 +9,7 @@ from typing import Any
 
 from spectrum_rft.rollouts.failures import SKIP_MODEL_FAILURE
 from spectrum_rft.tools.evaluation.summary import error_cause, per_scan_rewards, row_metric
-from spectrum_rft.tools.launch.heldout import is_heldout
+from spectrum_rft.rollouts.dataset import is_heldout
 
 METRICS = ("score", "memory_gain", "dormant_recall", "carry_rate")  # the per-epoch analysis
 OPTIONAL_METRICS = METRICS[1:]
