@@ -137,7 +137,6 @@ def test_smoke_runs_every_stage(tmp_path, capsys, monkeypatch):
         said = (out / f"{stage}.log").read_text()
         assert "FutureWarning" not in said and "Loading weights" not in said, said[-2000:]
         assert "training: steps 1-1 started" in said or stage == "sft"
-        if (out / folder / "warnings.log").exists():
-            assert f"kept in {out / folder / 'warnings.log'}" in said
+        assert "FutureWarning" in (out / folder / "warnings.log").read_text()  # transformers' deprecations: kept
     record = json.loads((out / "smoke.json").read_text())
     assert set(record["stages"]) == {"sft", "train", "serve-hf", "eval"} and record["requests"] == len(requests)

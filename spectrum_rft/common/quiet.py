@@ -2,9 +2,11 @@
 
 Deprecation and other warnings that torch, transformers, TRL, pydantic or litellm raise about their own code
 (``FutureWarning: `gradient_checkpointing` is deprecated ...``) are not the user's business while a command
-runs: :func:`library_warnings_kept` writes each one to a log file instead of stderr and, at the end, says in
-one line how many there were and where they are. A warning raised from this package's own code is shown as
-usual. Nothing is switched at import: the ``spectrum-rft`` dispatcher wraps each command in it.
+runs: :func:`library_warnings_kept` writes each one to a log file instead of stderr, silently (a command's
+last line stays its own: the result, or the one line that says what went wrong). Where the log is:
+``OUT/warnings.log`` for a command with an output folder, else ``~/.cache/spectrum-rft/logs/<command>.log``.
+A warning raised from this package's own code is shown as usual. Nothing is switched at import: the
+``spectrum-rft`` dispatcher wraps each command in it.
 """
 
 from __future__ import annotations
@@ -66,13 +68,6 @@ class KeptWarnings:
             self._file.close()
             self._file = None
 
-    def summary(self) -> str | None:
-        """One line, or None when no library warned (or none could be written: they went to stderr)."""
-        if not self.count or self.log is None:
-            return None
-        kinds = ", ".join(f"{n} {k}" for k, n in sorted(self.categories.items(), key=lambda kv: -kv[1]))
-        return f"({self.count} library warning{'s' if self.count != 1 else ''} ({kinds}) kept in {self.log})"
-
 
 def out_arg(argv: list[str]) -> Path | None:
     """A command's ``--out DIR`` / ``--out=DIR`` (None: not given)."""
@@ -90,11 +85,9 @@ def cache_log(command: str) -> Path:
 
 
 @contextmanager
-def library_warnings_kept(cache: Path, out: Path | None = None, stream: TextIO | None = None) -> Iterator[KeptWarnings]:
+def library_warnings_kept(cache: Path, out: Path | None = None) -> Iterator[KeptWarnings]:
     """Within the block, every warning shown from outside this package goes to the command's log (chosen at
-    the first one: :class:`KeptWarnings`); ours are shown as usual. At the end, one line on ``stream``
-    (stderr) says how many were kept and where (nothing when there were none)."""
-    out_stream = stream if stream is not None else sys.stderr
+    the first one: :class:`KeptWarnings`); ours are shown as usual."""
     kept = KeptWarnings(cache, out)
     with warnings.catch_warnings():
         shown = warnings.showwarning
@@ -110,10 +103,3 @@ def library_warnings_kept(cache: Path, out: Path | None = None, stream: TextIO |
             yield kept
         finally:
             kept.close()
-            said = kept.summary()
-            if said:
-                try:
-                    out_stream.write(said + "\n")
-                    out_stream.flush()
-                except (OSError, ValueError):
-                    pass
