@@ -233,13 +233,15 @@ def test_padding_rule_a_centre_that_finds_nothing_new_never_raises_match_iou(tru
 @given(band_truth, st.lists(st.floats(0, 620, allow_nan=False), max_size=10), st.floats(0.0, 1.0))
 def test_padding_pays_exactly_when_its_hit_chance_beats_the_score(truth, centres, p):
     """The arithmetic behind the audit: one more centre that finds a new transmitter with chance ``p``
-    raises the expected score exactly when ``p / (1 - p) > J`` (J = m / u the score before)."""
+    raises the expected score exactly when ``p / (1 - p) > m / (u + 1)`` (the score before is J = m / u: a
+    hit gives (m + 1) / u, a miss m / (u + 1); so roughly when the odds of a hit beat the score, a little
+    sooner). Hypothesis found the earlier claim, ``p / (1 - p) > J``, wrong: m = 1, u = 11, p = 0.078."""
     m = sr.match_count(centres, truth)
     u = len(centres) + len(truth) - m
     before = m / u
     expected = p * (m + 1) / u + (1 - p) * m / (u + 1)  # a hit adds to m and leaves u; a miss adds to u
-    if p < 1.0 and abs(p / (1 - p) - before) > 1e-9:
-        assert (expected > before) == (p / (1 - p) > before)
+    if p < 1.0 and abs(p / (1 - p) - m / (u + 1)) > 1e-9:
+        assert (expected > before) == (p / (1 - p) > m / (u + 1))
     # a real hit (a free transmitter's centre) and a real miss move the score as the two branches say
     free = [(lo + hi) / 2 for lo, hi in truth if all(not lo <= c <= hi for c in centres)]
     if free:
