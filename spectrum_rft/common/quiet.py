@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, TextIO
 
@@ -32,7 +32,7 @@ def is_ours(filename: str) -> bool:
 
 @dataclass
 class KeptWarnings:
-    """The library warnings of one command: how many, of which categories, and the log holding them.
+    """The library warnings of one command: how many, and the log holding them.
 
     ``out``: the command's ``--out`` (None: it has none). The log is chosen at the first warning, never
     creating anything at ``out``: ``OUT/warnings.log`` (appended: a resumed run adds to it) when ``out`` is
@@ -42,13 +42,11 @@ class KeptWarnings:
     cache: Path
     out: Path | None = None
     count: int = 0
-    categories: dict[str, int] = field(default_factory=dict)
     log: Path | None = None
     _file: TextIO | None = None
 
-    def keep(self, text: str, category: type) -> None:
+    def keep(self, text: str) -> None:
         self.count += 1
-        self.categories[category.__name__] = self.categories.get(category.__name__, 0) + 1
         try:
             if self._file is None:
                 if self.out is not None and self.out.is_dir():
@@ -96,7 +94,7 @@ def library_warnings_kept(cache: Path, out: Path | None = None) -> Iterator[Kept
             if is_ours(filename) or file is not None:
                 shown(message, category, filename, lineno, file, line)
                 return
-            kept.keep(warnings.formatwarning(message, category, filename, lineno, line), category)
+            kept.keep(warnings.formatwarning(message, category, filename, lineno, line))
 
         warnings.showwarning = showwarning
         try:

@@ -259,18 +259,20 @@ class ToolEnv:
         scan = row.get("scan") or 0
         if not isinstance(scan, int) or isinstance(scan, bool) or not 0 <= scan <= env.n_scans:
             raise ValueError(f"row {row_id!r}: scan must be an int in 0..{env.n_scans} (0: the whole episode)")
-        reference = None
+        reference, prefix_faults = None, {}
         if scan:
             if not env.config.memory.memory_in_scan_text:
                 raise ValueError(f"row {row_id!r}: scan episodes need a memory mode whose memory travels in the scan "
                                  f"text (got {env.config.memory_mode!r})")
             history = row.get("echo_history") or "memoryless"  # rows made before the column: section 10's design
             play_prefix(env, scan - 1, history, row.get("prefix_reports"))
+            if history == POLICY_HISTORY:  # the model's own prefix may have been refused (scripted ones never are)
+                prefix_faults = dict(env.metrics()["faults"] or {})
             ref = copy.deepcopy(env)
             ref.call_tool("submit_report", memoryless_report(ref.observation()["prompt"]), first=True, last=True)
             reference = ref.scan_records()[scan - 1]["reward"]
         self._env, self._row_id, self._scan, self._reference = env, row_id, scan, reference
-        self._prefix_faults = dict(env.metrics()["faults"] or {}) if scan else {}
+        self._prefix_faults = prefix_faults
         return env.observation()["prompt"]
 
     @property
