@@ -218,6 +218,42 @@ def test_sft_conversation_is_what_grpo_renders(tokenizer, mode, prompt):
     assert 0.0 < conv["score"] < 0.5
 
 
+def test_an_exploring_sft_target_keeps_one_echoed_non_peak_centre_as_often_as_asked():
+    """``sft --target-policy explore-P`` (issue 40's exploration gate): the target is the memoryless report plus,
+    in P % of the scans that offer one, one echoed centre off every current peak; the env counts it as kept from
+    memory alone (``echo_kept_beyond``). explore-0 writes the memoryless targets; a row's target is the same
+    each time it is built (seeded by the row), and rows differ."""
+    from spectrum_rft.training.spectrum.trl_env import judge
+
+    rows = grpo_rows(40, prompt="weak", memory_mode="scaffold", salt="explore", echo_history="accumulate-12")
+
+    def report(conv):
+        call = next(m for m in conv["messages"] if m["role"] == "assistant" and m.get("tool_calls"))
+        return call["tool_calls"][0]["function"]["arguments"]
+
+    def kept_beyond(row, conv):
+        message = {"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "function": {"name": "submit_report", "arguments": report(conv)}}]}
+        return judge(row, message).metrics()["echo_kept_beyond"]
+
+    plain = [sft_conversation(r) for r in rows]
+    assert [report(c) for c in plain] == [report(sft_conversation(r, "explore-0")) for r in rows]
+    always = [sft_conversation(r, "explore-100") for r in rows]
+    offered = [i for i, (c, a) in enumerate(zip(plain, always)) if report(a) != report(c)]
+    assert len(offered) >= 30  # most accumulate-12 echoes hold a centre off the scan's peaks
+    for i in offered:
+        a, c = report(always[i])["center_freqs"], report(plain[i])["center_freqs"]
+        assert len(a) == len(c) + 1 and set(c) <= set(a)
+        assert kept_beyond(rows[i], always[i]) == 1  # the env agrees: one echoed centre off every current peak
+    assert all(kept_beyond(r, c) == 0 for r, c in zip(rows, plain))
+    some = [report(sft_conversation(r, "explore-50")) for r in rows]
+    assert some == [report(sft_conversation(r, "explore-50")) for r in rows]  # reproducible per row
+    n = sum(some[i] != report(plain[i]) for i in offered)
+    assert 0.2 * len(offered) < n < 0.8 * len(offered)
+    with pytest.raises(ValueError, match="percentage"):
+        sft_conversation(rows[0], "explore-101")
+
+
 def test_channel_value_measures_perfect_use_of_the_echo(capsys):
     """``spectrum-rft channel``: on the same bands and scans, perfect use of the real echo pays a lot, of the
     scrambled one nothing; the accumulated echo is worth more than the previous scan's peaks alone."""

@@ -99,6 +99,22 @@ def test_a_recorded_warm_start_is_restored_exactly(sft_run, tmp_path):
     assert json.loads((out / "summary.json").read_text())["rebuilt_from_adapter"].endswith("sft/adapter")
 
 
+def test_a_second_sft_stage_trains_on_from_a_recorded_adapter(sft_run, tmp_path):
+    """``sft --init-adapter``: a warm start in two stages (issue 40 item 1). The second stage starts from the
+    first's adapter (its shape, not --lora-rank's), moves it, and saves a whole adapter that ``--from-adapter``
+    restores; a folder without an adapter is refused before any row is built."""
+    out = tmp_path / "stage2"
+    assert R.sft_main(["--out", str(out), "--init-adapter", str(sft_run / "adapter"), "--rows", "2",
+                       "--batch-size", "2", "--target-policy", "explore-100", "--threads", "2",
+                       "--lora-rank", "4"]) == 0
+    first, second = lora_tensors(sft_run), lora_tensors(out)
+    assert first.keys() == second.keys() and all(first[k].shape == second[k].shape for k in first)
+    assert any(not bool((first[k] == second[k]).all()) for k in first)
+    assert json.loads((out / "config.json").read_text())["target_policy"] == "explore-100"
+    with pytest.raises(ValueError, match="no LoRA adapter"):
+        load_config(R.SftConfig, ["--out", str(tmp_path / "x"), "--init-adapter", str(tmp_path)], "sft", "")
+
+
 def test_grpo_step_rewards_are_the_env_scores(sft_run, tmp_path):
     run = tmp_path / "grpo"
     assert R.train_main(["--out", str(run), "--model", str(sft_run / "model"), "--steps", "1", "--prompts", "1",

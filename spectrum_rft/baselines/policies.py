@@ -13,6 +13,9 @@ it appears.
                   running mean; past the region cap it keeps the most often seen.
 * ``accumulate-K`` the same memory, reporting at most K regions (the most often seen, then the most recently):
                   a memory that keeps what recurs and leaves the report room for new peaks.
+* ``explore-P``   ``memoryless``, and in P % of the scans whose echo holds a centre off every current peak, one
+                  such centre drawn at random (its own seeded stream): an SFT target that keeps a warm start
+                  trying the echo without teaching it which echoed centre is right (issue 40's exploration gate).
 * ``oracle``      reports the true transmitters (privileged).
 * ``carpet-K``    K evenly spaced regions, ignoring the scans (blind).
 * ``random-K``    K uniformly random centres, ignoring the scans (blind).
@@ -130,6 +133,26 @@ class Accumulate(Policy):
         return _report([it[0] for it in items], [it[1] for it in items], cap, cur.band)
 
 
+class Explore(Policy):
+    """``memoryless``, plus in ``pct`` % of the scans one echoed centre lying more than half a width from every
+    current peak, drawn uniformly from those (nothing when there is none): a random guess at what the echo
+    remembers, so the share of reports that keep an echoed non-peak centre is set, and which one carries no
+    information. It reads the echo, so it is not memory-free."""
+
+    def __init__(self, pct: int, seed: int = 0):
+        self.pct, self.name = pct, f"explore-{pct}"
+        self.rng = np.random.default_rng([seed, 0xE4B])
+
+    def act(self) -> dict:
+        cur = self.last
+        cs = [p[0] for p in cur.peaks]
+        off = [e for e in (cur.echo or ()) if all(abs(e - c) > 0.5 * TX_WIDTH for c in cs)]
+        if off and self.rng.random() * 100 < self.pct:
+            cs.append(float(off[int(self.rng.integers(len(off)))]))
+        cs = sorted(cs)
+        return _report(cs, [TX_WIDTH] * len(cs), cur.max_regions, cur.band)
+
+
 class Carpet(Policy):
     """Blind: K evenly spaced regions."""
 
@@ -195,7 +218,7 @@ def oracle_report(truth: Sequence[tuple[float, float]]) -> dict:
     return {"center_freqs": [c for c, _ in truth], "bandwidths": [w for _, w in truth]}
 
 
-POLICY_NAMES = ("empty", "memoryless", "accumulate", "accumulate-K", "oracle", "carpet-K", "random-K",
+POLICY_NAMES = ("empty", "memoryless", "accumulate", "accumulate-K", "explore-P", "oracle", "carpet-K", "random-K",
                 "BASE+random[-K]", "BASE+carpet", "BASE+shift-S", "BASE+dup")
 _PAD = re.compile(r"(memoryless|accumulate)\+(?:(random)(?:-(\d+))?|(carpet)|(shift)-(\d+(?:\.\d+)?)|(dup))")
 
@@ -217,6 +240,11 @@ def make_policy(name: str, seed: int = 0) -> Policy | None:
         if int(m.group(1)) < 1:
             raise ValueError(f"{name}: K must be >= 1")
         return Accumulate(keep=int(m.group(1)))
+    m = re.fullmatch(r"explore-(\d+)", name)
+    if m:
+        if not 0 <= int(m.group(1)) <= 100:
+            raise ValueError(f"{name}: P is a percentage, 0 to 100")
+        return Explore(int(m.group(1)), seed)
     m = re.fullmatch(r"(carpet|random)-(\d+)", name)
     if m:
         k = int(m.group(2))

@@ -17,6 +17,7 @@ Two episode shapes (``episode``):
 from __future__ import annotations
 
 import json
+import zlib
 from typing import Any
 
 from spectrum_rft.baselines.policies import ScriptedModel
@@ -170,16 +171,18 @@ def _call(name: str, arguments: dict) -> dict:
             "tool_calls": [{"type": "function", "function": {"name": name, "arguments": arguments}}]}
 
 
-def sft_conversation(row: dict) -> dict:
-    """One row played by the memoryless policy through the episode driver (:func:`.trl_env.memoryless_report`'s
-    reports: centres only) on the TRL adapter's rollout, in TRL's messages: ``messages`` (the GRPO prompt with
+def sft_conversation(row: dict, policy: str = "memoryless") -> dict:
+    """One row played by ``policy`` (default the memoryless one, :func:`.trl_env.memoryless_report`'s reports;
+    ``explore-P`` adds an echoed centre in P % of the scans, seeded by the row) through the episode driver
+    (centres only) on the TRL adapter's rollout, in TRL's messages: ``messages`` (the GRPO prompt with
     the scan text TRL would append, each report as a ``submit_report`` call, the env's replies as tool
     messages, each next scan in the reply that closed the scan before, then :data:`FINAL_REPLY`), ``tools``
     (JSON, as TRL renders them) and the score the env gave."""
     env = tool_env_for(row)
     env.reset(**row)
     transcript: list[dict] = []
-    drive_now(env.episode(), ScriptedModel("memoryless", widths=False), transcript=transcript)
+    seed = zlib.crc32(str(row["row_id"]).encode())
+    drive_now(env.episode(), ScriptedModel(policy, seed, widths=False), transcript=transcript)
     system, user = row["prompt"]
     first, *rest = transcript  # the open scan, which TRL appends to the row's user message
     messages = [system, {**user, "content": user["content"] + first["content"]}]

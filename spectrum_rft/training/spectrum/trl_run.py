@@ -84,9 +84,19 @@ class SftConfig(Common):
     eval_constrained: bool = False  # ... sampled under the tool-call grammar (default: free, the format's own rate)
     save_every: int = 0  # the LoRA adapter (and optimiser state) every N steps under OUT/trl/checkpoint-N, each kept (0: none)
     from_adapter: str = ""  # no training: OUT/model rebuilt from --model and this recorded LoRA adapter (a warm start restored)
+    init_adapter: str = ""  # train on from this recorded LoRA adapter (a second SFT stage; its rank and layers, not --lora-rank's)
+    target_policy: str = "memoryless"  # who writes the targets: memoryless, or explore-P (plus one echoed non-peak centre in P % of scans)
 
     def check(self) -> None:
         super().check()
+        from spectrum_rft.baselines.policies import make_policy  # noqa: PLC0415
+
+        make_policy(self.target_policy)  # an unknown name fails here, not after the rows are built
+        if self.init_adapter:
+            if self.from_adapter:
+                raise ValueError("--init-adapter trains on from an adapter, --from-adapter only rebuilds one: pass one")
+            if not (Path(self.init_adapter) / "adapter_config.json").is_file():
+                raise ValueError(f"--init-adapter {self.init_adapter}: no LoRA adapter there (adapter_config.json)")
         for name in ("rows", "epochs", "batch_size", "max_length"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
@@ -193,7 +203,7 @@ def run_sft(cfg: SftConfig) -> dict:
     rows = grpo_rows(cfg.rows, prompt=ARMS[cfg.arm].prompt, memory_mode=cfg.mode, preset=cfg.preset,
                      reward=cfg.reward, salt=cfg.salt, prefix="sft", episode=cfg.episode or None,
                      echo_history=cfg.echo_history)
-    convs = [sft_conversation(r) for r in rows]
+    convs = [sft_conversation(r, cfg.target_policy) for r in rows]
     scores = [c.pop("score") for c in convs]
     for c in convs:
         c.pop("row_id")
@@ -206,8 +216,14 @@ def run_sft(cfg: SftConfig) -> dict:
                      save_strategy="steps" if cfg.save_every else "no", save_steps=cfg.save_every or 1,
                      bf16=cfg.bf16, gradient_checkpointing=cfg.gradient_checkpointing, disable_tqdm=True)
     model = load_model(model_dir)
+    if cfg.init_adapter:  # a second stage: the recorded adapter goes on training (its own LoRA shape)
+        from peft import PeftModel  # noqa: PLC0415
+
+        model, lora = PeftModel.from_pretrained(model, cfg.init_adapter, is_trainable=True), None
+    else:
+        lora = _lora(cfg, model)
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(convs),
-                         processing_class=tok, peft_config=_lora(cfg, model), callbacks=[log_callback(out / "metrics.jsonl")])
+                         processing_class=tok, peft_config=lora, callbacks=[log_callback(out / "metrics.jsonl")])
     t0 = time.time()
     trainer.train()
     save_model(trainer, tok, out)
