@@ -3,6 +3,7 @@ RESULTS_memory.md section 8) against the group sampler (sections 9-11), in the s
 arithmetic floor of each.
 
     python bench/bench_grpo_step.py [--model DIR] [--steps 2] [--variants trl-sampler,group,group-2threads,group-free]
+    python bench/bench_grpo_step.py --model runs/sft-format/model --variants own,own-fast   (issue 40 item 6)
 
 Each variant is a real ``spectrum-rft train`` run (TRL's GRPOTrainer, LoRA, CPU) of ``--steps`` steps on
 the same rows; the last step is measured (the first pays one-off costs). The process's own CPU time over
@@ -14,6 +15,11 @@ completions per CPU-second = completions of the step / its CPU-seconds.
     group-2threads  group with 2 torch threads (one run on both cores instead of two runs side by side)
     group-free    group without the grammar (what the constraint costs or saves)
     group-lora4   group with LoRA on the top 4 layers only
+    own           evidence v4's settings (the model plays each row's earlier scans itself: --echo-history policy;
+                  free sampling, the shared-prefix learner, 256 tokens) as before issue 40 item 6: every prompt
+                  prefilled whole, the prefix's greedy replies one at a time
+    own-fast      the same settings with the step's shared preamble (system prompt, tools) prefilled once
+                  (--share-preamble) and each earlier scan played by the step's rows as one batch (--batch-prefix)
     group-shared  group + the learner's shared prefix (each group's prompt run once, its KV cache shared by the
                   G completions: ``--shared-prefix``), the whole batch in one micro-batch
 
@@ -47,6 +53,16 @@ VARIANTS = {
                        threads=1, micro_batch=8),
     "group-shared": dict(sampler="group", constrained=True, prompts=2, group=8, max_completion_length=160, lora_layers=8,
                          threads=1, micro_batch=16, shared_prefix=True),
+    # evidence v4's settings (issue 40): the model plays each row's earlier scans itself (--echo-history policy),
+    # sampled without the grammar, the shared-prefix learner, 256 tokens; own = before issue 40 item 6 (every
+    # prompt prefilled whole, the prefix's replies one at a time), own-fast = the step's shared preamble prefilled
+    # once (--share-preamble) and each earlier scan played by all rows as one batch (--batch-prefix)
+    "own": dict(sampler="group", constrained=False, prompts=2, group=8, max_completion_length=256, lora_layers=8,
+                threads=1, micro_batch=16, shared_prefix=True, echo_history="policy", share_preamble=False,
+                batch_prefix=False),
+    "own-fast": dict(sampler="group", constrained=False, prompts=2, group=8, max_completion_length=256, lora_layers=8,
+                     threads=1, micro_batch=16, shared_prefix=True, echo_history="policy", share_preamble=True,
+                     batch_prefix=True),
     "group-lora4": dict(sampler="group", constrained=True, prompts=2, group=8, max_completion_length=160, lora_layers=4,
                         threads=1, micro_batch=8),
 }

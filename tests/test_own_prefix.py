@@ -70,7 +70,8 @@ def smollm():
     return load_tokenizer(model_dir), load_model(model_dir)
 
 
-def test_the_sampler_plays_the_prefix_with_the_model_and_samples_the_group_on_scan_k(smollm):
+@pytest.mark.parametrize("batch", [True, False])
+def test_the_sampler_plays_the_prefix_with_the_model_and_samples_the_group_on_scan_k(smollm, batch):
     """A real SmolLM2 under the grammar: the prefix is its own greedy reports (one per earlier scan), the
     group's prompt is scan k as that prefix left it (the prompt the judge rebuilds from the row and the
     reports), every completion carries the prefix; a scan-1 row has none."""
@@ -79,16 +80,17 @@ def test_the_sampler_plays_the_prefix_with_the_model_and_samples_the_group_on_sc
     from spectrum_rft.training.spectrum.trl_data import OwnPrefixSampler, scan_sampler
 
     tok, model = smollm
-    rows = [r for r in _rows(40) if r["scan"] == 2][:1] + [r for r in _rows(40) if r["scan"] == 1][:1]
-    assert len(rows) == 2
+    rows = [r for r in _rows(40) if r["scan"] == 3][:1] + [r for r in _rows(40) if r["scan"] == 2][:1] + \
+        [r for r in _rows(40) if r["scan"] == 1][:1]
+    assert len(rows) == 3
     inner = scan_sampler(tok, "scaffold", constrained=True, max_new_tokens=40, vocab_size=model.config.vocab_size)
-    sampler = OwnPrefixSampler(inner, _rows(40), tok)
+    sampler = OwnPrefixSampler(inner, _rows(40), tok, batch=batch)  # batch: the rows that play a scan play it together
     trainer = SimpleNamespace(model=model, accelerator=SimpleNamespace(unwrap_model=lambda m: m),
                               args=SimpleNamespace(temperature=1.0, top_p=1.0, top_k=None))
-    prompts = [rows[0]["prompt"]] * 2 + [rows[1]["prompt"]] * 2
+    prompts = [rows[0]["prompt"]] * 2 + [rows[1]["prompt"]] * 2 + [rows[2]["prompt"]] * 2
     out = sampler(prompts, trainer)
-    assert len(out["completion_ids"]) == 4 and len(out["prefix_reports"]) == 4
-    for i, row in ((0, rows[0]), (2, rows[1])):
+    assert len(out["completion_ids"]) == 6 and len(out["prefix_reports"]) == 6
+    for i, row in ((0, rows[0]), (2, rows[1]), (4, rows[2])):
         reports = out["prefix_reports"][i]
         assert out["prefix_reports"][i + 1] == reports and len(reports) == row["scan"] - 1
         shown = own_prefix_prompt(row, reports)

@@ -235,6 +235,52 @@ def test_group_prefill_equals_separate_prompts_greedy(smollm):
     assert grouped[0] == grouped[1] == alone[0]
 
 
+def _greedy_under_a_plain_forward(model, prompt_ids, completion):
+    """Every token of ``completion`` is the argmax (to float round-off) of one plain forward over prompt +
+    completion: what greedy decoding of ``prompt_ids`` must produce, however its cache was built."""
+    import torch
+
+    ids = torch.tensor([list(prompt_ids) + list(completion)])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1:len(prompt_ids) - 1 + len(completion)]
+    chosen = logits.gather(-1, torch.tensor(completion)[:, None]).squeeze(-1)
+    return float((logits.max(-1).values - chosen).max())
+
+
+def test_a_shared_preamble_changes_nothing_but_the_prefill(smollm):
+    """A step's prompts share the system prompt and the tool preamble (~70 % of their tokens): under
+    ``preamble`` it is prefilled once and each prompt's prefill starts from a copy of its cache (cut where a
+    prompt leaves it). Greedy completions, one group at a time or every prompt in one padded batch
+    (``sample_each``), are still what a plain forward of each prompt picks, and the prefill runs about half
+    the tokens."""
+    from spectrum_rft.training.spectrum.trl_data import grpo_rows, scan_sampler
+
+    tok, model = smollm
+    rows = grpo_rows(3, prompt="weak", memory_mode="scaffold", salt="test-preamble", scan_in_prompt=True)
+    s = scan_sampler(tok, "scaffold", max_new_tokens=24, vocab_size=model.config.vocab_size)
+    ids = [s.prompt_ids(r["prompt"]) for r in rows]
+    assert len({len(i) for i in ids}) > 1  # the padded batch has padding to place
+    plain = []
+    for p in ids:
+        plain.append(s.sample(model, p, 1, temperature=0)[0][0])
+    alone = s.stats.prefill_tokens
+    s.stats = S.SamplerStats()
+    with s.preamble(model, ids):
+        shared = [s.sample(model, p, 1, temperature=0)[0][0] for p in ids]
+        batched = s.sample_each(model, ids, temperature=0)
+        assert s._preamble is not None and len(s._preamble[0]) >= 0.5 * min(map(len, ids))
+    assert s._preamble is None  # the cache does not outlive the step (the model changes after it)
+    for p, a, b, c in zip(ids, plain, shared, batched):
+        assert len(a) and len(b) and len(c)
+        for comp in (a, b, c):
+            assert _greedy_under_a_plain_forward(model, p, comp) < 1e-3
+    # the prefill: the preamble once, then only each prompt's own part (twice: one by one, then batched)
+    assert s.stats.prefill_tokens < 0.6 * 2 * alone
+    off = scan_sampler(tok, "scaffold", max_new_tokens=24, vocab_size=model.config.vocab_size, share_preamble=False)
+    with off.preamble(model, ids):
+        assert off._preamble is None
+
+
 def test_batched_groups_sample_what_group_by_group_samples(smollm):
     """``batch_groups`` only changes how a step's groups go through the model: greedy, two groups of two
     give the same completions (and log-probs to float round-off) batched as one by one, in TRL's order."""

@@ -35,8 +35,10 @@ scored report; a completion that writes no valid call leaves the scan skipped, s
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +47,7 @@ TOOL_CALL_CLOSE = "\n</tool_call>"  # ... and closes it
 
 
 OVER_CAP = 1  # items a list may run past the env's cap under the grammar (the env refuses them; see below)
+MIN_PREAMBLE = 16  # tokens a step's prompts must share before their common preamble is prefilled once
 
 
 def _past_cap(params: dict, over: int) -> dict:
@@ -177,13 +180,20 @@ class GroupSampler:
     ``batch_groups``: the groups of one TRL call are sampled as one left-padded batch (every completion's
     prompt prefilled on its own) instead of one group after another, each prefilled once. The same
     distribution; on a GPU, where a decode step costs the same for 8 rows or 16, half the decode steps for
-    two groups; on a CPU, G times the prefill work (keep it off there)."""
+    two groups; on a CPU, G times the prefill work (keep it off there).
+
+    ``share_preamble``: within one call (one training step, one model), the token prefix every distinct prompt
+    shares (the system prompt and the tool preamble: ~70 % of a scan episode's prompt) is prefilled once and its
+    KV cache copied into each prompt's prefill (:meth:`preamble`), so a prompt's own prefill runs only its scan.
+    The same distribution, up to float rounding of a prefill cut in two."""
 
     def __init__(self, tokenizer: Any, *, tools: Sequence[dict], grammar_tools: Sequence[dict] | None = None,
                  constrained: bool = False, max_new_tokens: int = 160, vocab_size: int | None = None,
-                 batch_groups: bool = False) -> None:
+                 batch_groups: bool = False, share_preamble: bool = True) -> None:
         self.tokenizer = tokenizer
         self.batch_groups = batch_groups
+        self.share_preamble = share_preamble
+        self._preamble: tuple[list[int], Any] | None = None  # (its tokens, their KV cache) while one is active
         self.tools = list(tools)
         self.constrained = constrained
         self.max_new_tokens = max_new_tokens
@@ -224,12 +234,92 @@ class GroupSampler:
         if seed is not None:
             torch.manual_seed(seed)
         with torch.no_grad():
-            cache = model(input_ids=ids[:, :-1], use_cache=True, logits_to_keep=1).cache  # the one prefill of the group
+            cache = self._prefill(model, list(prompt_ids[:-1]))  # the one prefill of the group
             cache.batch_repeat_interleave(n)
             out = self._generate(model, ids.expand(n, -1), torch.ones(n, ids.shape[1], dtype=torch.long, device=device),
                                  cache, temperature, top_p, top_k)
-        self.stats.prefill_tokens += len(prompt_ids) - 1
         return self._completions(out, ids.shape[1])
+
+    @contextlib.contextmanager
+    def preamble(self, model: Any, prompts_ids: Sequence[Sequence[int]]) -> Iterator[None]:
+        """While inside: the prefix the distinct ``prompts_ids`` share (at least :data:`MIN_PREAMBLE` tokens,
+        short of every prompt's last token) prefilled once with ``model``; :meth:`sample` and
+        :meth:`sample_each` start each prefill from a copy of its KV cache. Nested, the outer one stays (one step,
+        one model); off with ``share_preamble=False`` or fewer than two distinct prompts. The model must not
+        change inside (a training step's sampling: the optimiser steps after)."""
+        import torch  # noqa: PLC0415
+
+        distinct = {tuple(p) for p in prompts_ids}
+        if self._preamble is not None or not self.share_preamble or len(distinct) < 2:
+            yield
+            return
+        first = min(distinct, key=len)
+        common = next((i for i in range(len(first) - 1) if any(p[i] != first[i] for p in distinct)), len(first) - 1)
+        if common < MIN_PREAMBLE:
+            yield
+            return
+        tokens = list(first[:common])
+        with torch.no_grad():
+            cache = model(input_ids=torch.tensor([tokens], device=next(model.parameters()).device), use_cache=True,
+                          logits_to_keep=1).cache
+        self.stats.prefill_tokens += common
+        self._preamble = (tokens, cache)
+        try:
+            yield
+        finally:
+            self._preamble = None
+
+    def _reused(self, prompts_ids: Sequence[Sequence[int]]) -> tuple[int, Any]:
+        """How many leading tokens of every prompt in ``prompts_ids`` the active preamble holds (short of each
+        prompt's last token; 0 under :data:`MIN_PREAMBLE`), and a copy of its KV cache cut to them (None at 0)."""
+        if self._preamble is None:
+            return 0, None
+        tokens, cache = self._preamble
+        n = min(len(tokens), *(len(p) - 1 for p in prompts_ids))
+        for p in prompts_ids:
+            n = next((i for i in range(n) if p[i] != tokens[i]), n)
+        if n < MIN_PREAMBLE:
+            return 0, None
+        cache = copy.deepcopy(cache)
+        if len(tokens) > n:
+            cache.crop(n - len(tokens))  # a negative count: the tokens removed from the end
+        return n, cache
+
+    def _prefill(self, model: Any, ids: list[int]) -> Any:
+        """The KV cache of ``ids`` (one sequence): the active preamble's copy for what it holds of them, plus the rest."""
+        import torch  # noqa: PLC0415
+
+        n, cache = self._reused([ids])
+        self.stats.prefill_tokens += len(ids) - n
+        return model(input_ids=torch.tensor([ids[n:]], device=next(model.parameters()).device), cache=cache,
+                     use_cache=True, logits_to_keep=1).cache
+
+    def sample_each(self, model: Any, prompts_ids: list[list[int]], *, temperature: float = 0.0,
+                    seed: int | None = None) -> list[list[int]]:
+        """One completion of each prompt, as one batch (the own prefix's plays: one scan of every row). Under an
+        active :meth:`preamble` each prompt is the part the preamble holds, padding, then its own part, so every
+        prompt ends in the last column and the preamble's cache is copied, not run again; otherwise
+        :meth:`sample_prompts` (left-padded)."""
+        import torch  # noqa: PLC0415
+
+        n, cache = self._reused(prompts_ids)
+        if cache is None:
+            return self.sample_prompts(model, prompts_ids, temperature=temperature, seed=seed)[0]
+        device = next(model.parameters()).device
+        head, own = list(prompts_ids[0][:n]), [list(p[n:]) for p in prompts_ids]
+        width, pad = max(len(o) for o in own), self.tokenizer.pad_token_id
+        ids = torch.tensor([head + [pad] * (width - len(o)) + o for o in own], device=device)
+        mask = torch.tensor([[1] * n + [0] * (width - len(o)) + [1] * len(o) for o in own], device=device)
+        if seed is not None:
+            torch.manual_seed(seed)
+        with torch.no_grad():
+            cache.batch_repeat_interleave(len(own))
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)  # the padding takes no position
+            model(input_ids=ids[:, n:-1], attention_mask=mask[:, :-1], position_ids=positions[:, n:-1], cache=cache,
+                  use_cache=True, logits_to_keep=1)
+            out = self._generate(model, ids, mask, cache, temperature, 1.0, None)
+        self.stats.prefill_tokens += sum(len(o) - 1 for o in own)
+        return self._completions(out, ids.shape[1])[0]
 
     def sample_prompts(self, model: Any, prompts_ids: list[list[int]], *, temperature: float = 1.0, top_p: float = 1.0,
                        top_k: int | None = None, seed: int | None = None) -> tuple[list[list[int]], list[list[float]]]:
@@ -299,9 +389,10 @@ class GroupSampler:
             completion_ids, logprobs = self.sample_prompts(model, prompt_ids, **sampling)
         else:
             completion_ids, logprobs = [], []
-            for ids, n in groups:
-                comps, lps = self.sample(model, ids, n, **sampling)
-                completion_ids += comps
-                logprobs += lps
+            with self.preamble(model, [ids for ids, _ in groups]):
+                for ids, n in groups:
+                    comps, lps = self.sample(model, ids, n, **sampling)
+                    completion_ids += comps
+                    logprobs += lps
         self.stats.groups += len(groups)
         return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": logprobs}

@@ -91,7 +91,8 @@ def tool_schemas_of(env: Any) -> list[dict]:
 
 
 def scan_sampler(tokenizer: Any, memory_mode: str, *, preset: str = "default", constrained: bool = False,
-                 max_new_tokens: int = 160, vocab_size: int | None = None, batch_groups: bool = False) -> Any:
+                 max_new_tokens: int = 160, vocab_size: int | None = None, batch_groups: bool = False,
+                 share_preamble: bool = True) -> Any:
     """The :class:`~spectrum_rft.training.spectrum.sampler.GroupSampler` of a memory mode: the prompt renders the
     tools as TRL does (as in SFT and on the env path), the grammar follows the env's ``tool_schemas()``."""
     from spectrum_rft.task.instructions import tool_schemas  # noqa: PLC0415
@@ -99,7 +100,8 @@ def scan_sampler(tokenizer: Any, memory_mode: str, *, preset: str = "default", c
 
     return GroupSampler(tokenizer, tools=tool_schemas_of(tool_env_class(memory_mode, preset)()),
                         grammar_tools=tool_schemas(memory_mode, preset), constrained=constrained,
-                        max_new_tokens=max_new_tokens, vocab_size=vocab_size, batch_groups=batch_groups)
+                        max_new_tokens=max_new_tokens, vocab_size=vocab_size, batch_groups=batch_groups,
+                        share_preamble=share_preamble)
 
 
 def prompt_key(prompt: list[dict]) -> str:
@@ -130,38 +132,47 @@ class OwnPrefixSampler:
     costs k-1 greedy replies per prompt per step (each prefilled on its own): on a CPU, about half a step's
     sampling again for scans drawn uniformly from 1..12 (docs/TRAINING.md)."""
 
-    def __init__(self, sampler: Any, rows: list[dict], tokenizer: Any) -> None:
-        self.sampler, self.tokenizer = sampler, tokenizer
+    def __init__(self, sampler: Any, rows: list[dict], tokenizer: Any, *, batch: bool = True) -> None:
+        self.sampler, self.tokenizer, self.batch = sampler, tokenizer, batch
         self.rows = {prompt_key(r["prompt"]): r for r in rows}
 
-    def prefix(self, model: Any, row: dict) -> list[dict | None]:
-        """The model's reports on scans 1..k-1 of ``row`` (a call's arguments, or None: no report written)."""
+    def prefixes(self, model: Any, rows: list[dict]) -> list[list[dict | None]]:
+        """Each row's prefix: the model's reports on its scans 1..k-1 (a call's arguments, or None: no report
+        written). Scan by scan; with ``batch`` the rows that play a scan play it as one batch
+        (:meth:`GroupSampler.sample_each`), else one reply at a time."""
         from trl.chat_template_utils import parse_response  # noqa: PLC0415
 
-        reports: list[dict | None] = []
-        for scan in range(1, int(row["scan"])):
-            ids = self.sampler.prompt_ids(own_prefix_prompt(row, reports, scan))
-            comps, _ = self.sampler.sample(model, ids, 1, temperature=0.0)
-            calls = message_calls(parse_response(self.tokenizer, comps[0], prefix=ids))
-            call = next((c for c in calls if c["name"] == "submit_report"), None)
-            reports.append(call["arguments"] if call is not None and isinstance(call["arguments"], dict) else None)
+        reports: list[list[dict | None]] = [[] for _ in rows]
+        for scan in range(1, max((int(r["scan"]) for r in rows), default=1)):
+            playing = [i for i, r in enumerate(rows) if int(r["scan"]) > scan]
+            ids = [self.sampler.prompt_ids(own_prefix_prompt(rows[i], reports[i], scan)) for i in playing]
+            if self.batch:
+                comps = self.sampler.sample_each(model, ids, temperature=0.0)
+            else:
+                comps = [self.sampler.sample(model, p, 1, temperature=0.0)[0][0] for p in ids]
+            for i, p, c in zip(playing, ids, comps):
+                calls = message_calls(parse_response(self.tokenizer, c, prefix=p))
+                call = next((c for c in calls if c["name"] == "submit_report"), None)
+                reports[i].append(call["arguments"] if call is not None and isinstance(call["arguments"], dict) else None)
         return reports
+
+    def prefix(self, model: Any, row: dict) -> list[dict | None]:
+        """One row's prefix (:meth:`prefixes`)."""
+        return self.prefixes(model, [row])[0]
 
     def __call__(self, prompts: list[list[dict]], trainer: Any) -> dict:
         model = trainer.accelerator.unwrap_model(trainer.model)
-        played: dict[str, tuple[list[dict], list]] = {}
-        shown, prefixes = [], []
-        for p in prompts:
-            key = prompt_key(p)
-            if key not in played:
-                row = self.rows.get(key)
-                if row is None:
-                    raise ValueError("OwnPrefixSampler got a prompt that is none of its rows' (built from other rows?)")
-                reports = self.prefix(model, row)
-                played[key] = (own_prefix_prompt(row, reports), reports)
-            shown.append(played[key][0])
-            prefixes.append(played[key][1])
-        out = self.sampler(shown, trainer)
+        keys = list(dict.fromkeys(prompt_key(p) for p in prompts))
+        missing = [k for k in keys if k not in self.rows]
+        if missing:
+            raise ValueError("OwnPrefixSampler got a prompt that is none of its rows' (built from other rows?)")
+        rows = [self.rows[k] for k in keys]
+        # one preamble for the step: the plays and the groups' prompts all begin with the system prompt and tools
+        with self.sampler.preamble(model, [self.sampler.prompt_ids(r["prompt"]) for r in rows]):
+            played = {k: (own_prefix_prompt(r, rep), rep) for k, r, rep in zip(keys, rows, self.prefixes(model, rows))}
+            shown = [played[prompt_key(p)][0] for p in prompts]
+            prefixes = [played[prompt_key(p)][1] for p in prompts]
+            out = self.sampler(shown, trainer)
         out["prefix_reports"] = prefixes
         return out
 

@@ -120,6 +120,8 @@ class GrpoConfig(Common, GrpoRunConfig):
     constrained: bool = False  # tool calls sampled under the grammar of the env's tool_schemas() (always well formed)
     batch_groups: bool = False  # --sampler group: a step's groups sampled as one batch (GPUs: half the decode steps for two groups; CPUs: each prompt prefilled G times)
     shared_prefix: bool = False  # learner: each group's prompt run once, its KV cache shared by the G completions (sc_grpo.completion_logits); loss pg = TRL's dapo on-policy
+    share_preamble: bool = True  # --sampler group: a step's common prompt preamble (system prompt, tools) prefilled once, each prompt's prefill starting from its KV cache
+    batch_prefix: bool = True  # --echo-history policy: the rows that play an earlier scan play it as one batch (greedy), not one reply at a time
     learner: str = "masked"  # with --constrained: masked (the grammar's masks in the learner's log-softmax: the policy that sampled is trained, forced tokens carry no gradient; with vLLM a truncated importance weight to vLLM's log-probs) or unmasked (the model's own log-probs, TRL's learner); docs/TRAINING.md
 
     def check(self) -> None:
@@ -343,9 +345,9 @@ def run_train(cfg: GrpoConfig, callbacks: list | None = None) -> dict:
     if cfg.sampler == "group":
         sampler = scan_sampler(tok, cfg.mode, preset=cfg.preset, constrained=cfg.constrained,
                                max_new_tokens=cfg.max_completion_length, vocab_size=model.config.vocab_size,
-                               batch_groups=cfg.batch_groups)
-        generation = {"rollout_func": OwnPrefixSampler(sampler, rows, tok) if cfg.echo_history == POLICY_HISTORY
-                      else sampler}
+                               batch_groups=cfg.batch_groups, share_preamble=cfg.share_preamble)
+        generation = {"rollout_func": OwnPrefixSampler(sampler, rows, tok, batch=cfg.batch_prefix)
+                      if cfg.echo_history == POLICY_HISTORY else sampler}
         if masked:
             learner["grammar_masks"] = sampler.grammar_masks()
     else:
