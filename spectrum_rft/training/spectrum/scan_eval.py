@@ -17,6 +17,7 @@ OTHER.json...`` prints each checkpoint's mean per-scan difference from the base'
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -40,12 +41,10 @@ def evaluate(model_dir: str | Path, *, arm: str = "weak-scaffold", scans: int = 
     ``engine`` (a :class:`~spectrum_rft.training.spectrum.vllm_engine.VllmEngine`), from vLLM under the
     same grammar; the rest (rows, rendering, parsing, judging) is the same code."""
     import torch  # noqa: PLC0415
-    from trl.chat_template_utils import parse_response  # noqa: PLC0415
 
     from spectrum_rft.training.trl_common import load_model, load_tokenizer  # noqa: PLC0415
     from spectrum_rft.training.spectrum.sampler import tool_call_grammar  # noqa: PLC0415
     from spectrum_rft.training.spectrum.trl_data import grpo_rows, scan_sampler  # noqa: PLC0415
-    from spectrum_rft.training.spectrum.trl_env import judge  # noqa: PLC0415
 
     if threads:
         torch.set_num_threads(threads)
@@ -60,13 +59,34 @@ def evaluate(model_dir: str | Path, *, arm: str = "weak-scaffold", scans: int = 
     sampler = scan_sampler(tok, a.memory_mode, constrained=constrained and engine is None,
                            max_new_tokens=max_new_tokens, vocab_size=None if engine else model.config.vocab_size)
     grammar = tool_call_grammar(sampler.grammar_tools) if constrained and engine is not None else None
-    records = []
     t0 = time.time()
+    # transformers: the rows' shared preamble (system prompt, tools) prefilled once for the whole evaluation
+    shared = sampler.preamble(model, [sampler.prompt_ids(r["prompt"]) for r in rows]) if engine is None \
+        else contextlib.nullcontext()
+    with shared:
+        records = _sample_and_judge(rows, sampler, tok, model, engine, grammar, batch=batch, temperature=temperature,
+                                    max_new_tokens=max_new_tokens, seed=seed, t0=t0)
+    summary = {k: mean(float(r[k]) if r[k] is not None else None for r in records) for k in SUMMARY_KEYS}
+    summary["keeps_echo_beyond"] = keeps_echo_beyond(records)
+    return {"arm": arm, "scans": len(records), "temperature": temperature, "constrained": constrained, "salt": salt,
+            "echo_history": echo_history, "engine": "transformers" if engine is None else "vllm",
+            "device": str(next(model.parameters()).device) if engine is None else "vllm",
+            "seconds": round(time.time() - t0, 1), **summary, "records": records}
+
+
+def _sample_and_judge(rows: list[dict], sampler: Any, tok: Any, model: Any, engine: Any, grammar: Any, *, batch: int,
+                      temperature: float, max_new_tokens: int, seed: int, t0: float) -> list[dict]:
+    """One completion per row, ``batch`` rows at a time, each judged by a fresh env of its row."""
+    from trl.chat_template_utils import parse_response  # noqa: PLC0415
+
+    from spectrum_rft.training.spectrum.trl_env import judge  # noqa: PLC0415
+
+    records: list[dict] = []
     for start in range(0, len(rows), batch):
         chunk = rows[start:start + batch]
         ids = [sampler.prompt_ids(r["prompt"]) for r in chunk]
         if engine is None:
-            comps, _ = sampler.sample_prompts(model, ids, temperature=temperature, seed=seed + start)
+            comps = sampler.sample_each(model, ids, temperature=temperature, seed=seed + start)
         else:
             comps = [c for c, _ in engine.complete(ids, grammar=grammar, temperature=temperature,
                                                    max_new_tokens=max_new_tokens, seed=seed + start)]
@@ -84,12 +104,7 @@ def evaluate(model_dir: str | Path, *, arm: str = "weak-scaffold", scans: int = 
         done, spent = len(records), time.time() - t0
         print(f"scan-eval: {done}/{len(rows)} scans, {spent:.0f} s, ~{spent / done * (len(rows) - done):.0f} s left",
               file=sys.stderr, flush=True)
-    summary = {k: mean(float(r[k]) if r[k] is not None else None for r in records) for k in SUMMARY_KEYS}
-    summary["keeps_echo_beyond"] = keeps_echo_beyond(records)
-    return {"arm": arm, "scans": len(records), "temperature": temperature, "constrained": constrained, "salt": salt,
-            "echo_history": echo_history, "engine": "transformers" if engine is None else "vllm",
-            "device": str(next(model.parameters()).device) if engine is None else "vllm",
-            "seconds": round(time.time() - t0, 1), **summary, "records": records}
+    return records
 
 
 def keeps_echo_beyond(records: list[dict]) -> float | None:
