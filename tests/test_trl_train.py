@@ -99,7 +99,7 @@ def test_a_recorded_warm_start_is_restored_exactly(sft_run, tmp_path):
     assert json.loads((out / "summary.json").read_text())["rebuilt_from_adapter"].endswith("sft/adapter")
 
 
-def test_a_second_sft_stage_trains_on_from_a_recorded_adapter(sft_run, tmp_path):
+def test_a_second_sft_stage_trains_on_from_a_recorded_adapter(sft_run, tmp_path, capsys):
     """``sft --init-adapter``: a warm start in two stages (issue 40 item 1). The second stage starts from the
     first's adapter (its shape, not --lora-rank's), moves it, and saves a whole adapter that ``--from-adapter``
     restores; a folder without an adapter is refused before any row is built."""
@@ -107,6 +107,8 @@ def test_a_second_sft_stage_trains_on_from_a_recorded_adapter(sft_run, tmp_path)
     assert R.sft_main(["--out", str(out), "--init-adapter", str(sft_run / "adapter"), "--rows", "2",
                        "--batch-size", "2", "--target-policy", "explore-100", "--threads", "2",
                        "--lora-rank", "4"]) == 0
+    said = capsys.readouterr()
+    assert "step 1/1" in said.err and "'loss'" not in said.out + said.err  # one line per step, no log dicts
     first, second = lora_tensors(sft_run), lora_tensors(out)
     assert first.keys() == second.keys() and all(first[k].shape == second[k].shape for k in first)
     assert any(not bool((first[k] == second[k]).all()) for k in first)

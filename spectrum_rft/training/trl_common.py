@@ -339,6 +339,15 @@ def log_callback(path: Path):
     return LogToJsonl()
 
 
+def quiet(trainer):
+    """``trainer`` without transformers' ``PrinterCallback`` (with the progress bar off it prints every log dict
+    to stdout): :func:`log_callback`'s one line per step says it, the dicts go to ``metrics.jsonl``."""
+    from transformers.trainer_callback import PrinterCallback  # noqa: PLC0415
+
+    trainer.remove_callback(PrinterCallback)
+    return trainer
+
+
 def save_model(trainer, tok, out: Path) -> None:
     """``out/adapter`` (the LoRA weights) and ``out/model`` (merged, with the run's tokenizer); on
     several processes (``accelerate launch``) the main one writes them."""

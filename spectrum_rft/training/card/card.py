@@ -33,7 +33,7 @@ from spectrum_rft.training.provenance import (append_jsonl, code_revision, evalu
                                               manifest_sha256, sha256_file, write_json)
 from spectrum_rft.training.sc_options import check_loss_options
 from spectrum_rft.training.trl_common import (GrpoRunConfig, grpo_args, load_model, load_tokenizer, log_callback,
-                                              lora_config, parse_or_say, portable_path, save_model, start_process,
+                                              lora_config, parse_or_say, portable_path, quiet, save_model, start_process,
                                               start_record, sync_vllm_in_place)
 
 CARD_PRESETS = ("card",)  # the design card's settings (not the env's band presets, spectrum_rft.task.presets)
@@ -291,13 +291,13 @@ def run_card(cfg: CardConfig, reward: Callable | None = None, sampler: Any = Non
     model = load_model(model_dir)
     lora = lora_config(cfg.lora_rank, cfg.lora_alpha)
     rows = train_rows(train, cfg.steps * cfg.prompts, cfg.seed)
-    trainer = ScoreCentringGRPOTrainer(
+    trainer = quiet(ScoreCentringGRPOTrainer(
         model=model, args=args, train_dataset=Dataset.from_list(rows),
         reward_funcs=[reward or make_reward(out / "rollouts.jsonl")], processing_class=tok, peft_config=lora,
         callbacks=[log_callback(out / "metrics.jsonl"),
                    greedy_eval_callback(out, cfg, tok, test, eos_ids, evaluator["evaluator_id"], resumed=ckpt is not None)],
         loss_kind=cfg.loss, score_centering=cfg.score_centering, topk=cfg.topk,
-        sampler=sampler if sampler is not None else cfg.sampler)
+        sampler=sampler if sampler is not None else cfg.sampler))
     sync_vllm_in_place(trainer)
     t0 = time.time()
     trainer.train(resume_from_checkpoint=str(ckpt[0]) if ckpt else None)

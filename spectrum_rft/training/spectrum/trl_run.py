@@ -31,7 +31,7 @@ from spectrum_rft.task.instructions import tool_schemas
 from spectrum_rft.task.presets import get_preset
 from spectrum_rft.training.provenance import append_jsonl, code_revision, write_json
 from spectrum_rft.training.trl_common import (GrpoRunConfig, RunConfig, grpo_args, load_model, load_tokenizer,
-                                              log_callback, lora_config, parse_or_say, portable_path, save_model,
+                                              log_callback, lora_config, parse_or_say, portable_path, quiet, save_model,
                                               start_process, start_record, sync_vllm_in_place)
 from spectrum_rft.training.spectrum.sampler import GrammarMasks, tool_call_grammar
 from spectrum_rft.training.spectrum.trl_data import (OwnPrefixSampler, episode_for, grpo_rows, scan_sampler,
@@ -224,8 +224,8 @@ def run_sft(cfg: SftConfig) -> dict:
         model, lora = PeftModel.from_pretrained(model, cfg.init_adapter, is_trainable=True), None
     else:
         lora = _lora(cfg, model)
-    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(convs),
-                         processing_class=tok, peft_config=lora, callbacks=[log_callback(out / "metrics.jsonl")])
+    trainer = quiet(SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(convs),
+                               processing_class=tok, peft_config=lora, callbacks=[log_callback(out / "metrics.jsonl")]))
     t0 = time.time()
     trainer.train()
     save_model(trainer, tok, out)
@@ -362,10 +362,11 @@ def run_train(cfg: GrpoConfig, callbacks: list | None = None) -> dict:
                                                             **learner}
     else:
         trainer_class, learner = GRPOTrainer, {}
-    trainer = trainer_class(model=model, args=args, train_dataset=Dataset.from_list(rows),
-                            reward_funcs=[make_reward(out / "rollouts.jsonl", tok)], processing_class=tok,
-                            peft_config=_lora(cfg, model), callbacks=[log_callback(out / "metrics.jsonl"), *(callbacks or [])],
-                            **generation, **learner)
+    trainer = quiet(trainer_class(model=model, args=args, train_dataset=Dataset.from_list(rows),
+                                  reward_funcs=[make_reward(out / "rollouts.jsonl", tok)], processing_class=tok,
+                                  peft_config=_lora(cfg, model),
+                                  callbacks=[log_callback(out / "metrics.jsonl"), *(callbacks or [])],
+                                  **generation, **learner))
     sync_vllm_in_place(trainer)
     t0 = time.time()
     trainer.train(resume_from_checkpoint=str(ckpt[0]) if ckpt else None)
