@@ -19,7 +19,8 @@ completions per CPU-second = completions of the step / its CPU-seconds.
                   free sampling, the shared-prefix learner, 256 tokens) as before issue 40 item 6: every prompt
                   prefilled whole, the prefix's greedy replies one at a time
     own-fast      the same settings with the step's shared preamble (system prompt, tools) prefilled once
-                  (--share-preamble) and each earlier scan played by the step's rows as one batch (--batch-prefix)
+                  (--share-preamble) and each earlier scan played by the step's rows as one batch, a row alone
+                  decoding with drafts (--fast-prefix)
     group-shared  group + the learner's shared prefix (each group's prompt run once, its KV cache shared by the
                   G completions: ``--shared-prefix``), the whole batch in one micro-batch
 
@@ -56,13 +57,13 @@ VARIANTS = {
     # evidence v4's settings (issue 40): the model plays each row's earlier scans itself (--echo-history policy),
     # sampled without the grammar, the shared-prefix learner, 256 tokens; own = before issue 40 item 6 (every
     # prompt prefilled whole, the prefix's replies one at a time), own-fast = the step's shared preamble prefilled
-    # once (--share-preamble) and each earlier scan played by all rows as one batch (--batch-prefix)
+    # once (--share-preamble), each earlier scan played by all rows as one batch or drafted (--fast-prefix)
     "own": dict(sampler="group", constrained=False, prompts=2, group=8, max_completion_length=256, lora_layers=8,
                 threads=1, micro_batch=16, shared_prefix=True, echo_history="policy", share_preamble=False,
-                batch_prefix=False),
+                fast_prefix=False),
     "own-fast": dict(sampler="group", constrained=False, prompts=2, group=8, max_completion_length=256, lora_layers=8,
                      threads=1, micro_batch=16, shared_prefix=True, echo_history="policy", share_preamble=True,
-                     batch_prefix=True),
+                     fast_prefix=True),
     "group-lora4": dict(sampler="group", constrained=True, prompts=2, group=8, max_completion_length=160, lora_layers=4,
                         threads=1, micro_batch=8),
 }

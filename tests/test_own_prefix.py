@@ -70,8 +70,8 @@ def smollm():
     return load_tokenizer(model_dir), load_model(model_dir)
 
 
-@pytest.mark.parametrize("batch", [True, False])
-def test_the_sampler_plays_the_prefix_with_the_model_and_samples_the_group_on_scan_k(smollm, batch):
+@pytest.mark.parametrize("fast", [True, False])
+def test_the_sampler_plays_the_prefix_with_the_model_and_samples_the_group_on_scan_k(smollm, fast):
     """A real SmolLM2 under the grammar: the prefix is its own greedy reports (one per earlier scan), the
     group's prompt is scan k as that prefix left it (the prompt the judge rebuilds from the row and the
     reports), every completion carries the prefix; a scan-1 row has none."""
@@ -84,7 +84,7 @@ def test_the_sampler_plays_the_prefix_with_the_model_and_samples_the_group_on_sc
         [r for r in _rows(40) if r["scan"] == 1][:1]
     assert len(rows) == 3
     inner = scan_sampler(tok, "scaffold", constrained=True, max_new_tokens=40, vocab_size=model.config.vocab_size)
-    sampler = OwnPrefixSampler(inner, _rows(40), tok, batch=batch)  # batch: the rows that play a scan play it together
+    sampler = OwnPrefixSampler(inner, _rows(40), tok, fast=fast)  # fast: batched plays, drafted greedy replies
     trainer = SimpleNamespace(model=model, accelerator=SimpleNamespace(unwrap_model=lambda m: m),
                               args=SimpleNamespace(temperature=1.0, top_p=1.0, top_k=None))
     prompts = [rows[0]["prompt"]] * 2 + [rows[1]["prompt"]] * 2 + [rows[2]["prompt"]] * 2

@@ -267,7 +267,11 @@ def test_a_shared_preamble_changes_nothing_but_the_prefill(smollm):
     s.stats = S.SamplerStats()
     with s.preamble(model, ids):
         shared = [s.sample(model, p, 1, temperature=0)[0][0] for p in ids]
-        batched = s.sample_each(model, ids, temperature=0)
+        batched = s.sample_each(model, ids, temperature=0)[0]
+        groups, logprobs = s.sample_each(model, ids, 2, temperature=0)  # a step's groups: each prompt's 2, in order
+        assert len(groups) == len(logprobs) == 6 and all(len(c) == len(lp) for c, lp in zip(groups, logprobs))
+        assert groups[0::2] == groups[1::2]
+        assert all(_greedy_under_a_plain_forward(model, p, c) < 1e-3 for p, c in zip(ids, groups[0::2]))
         assert s._preamble is not None and len(s._preamble[0]) >= 0.5 * min(map(len, ids))
     assert s._preamble is None  # the cache does not outlive the step (the model changes after it)
     for p, a, b, c in zip(ids, plain, shared, batched):
@@ -275,10 +279,44 @@ def test_a_shared_preamble_changes_nothing_but_the_prefill(smollm):
         for comp in (a, b, c):
             assert _greedy_under_a_plain_forward(model, p, comp) < 1e-3
     # the prefill: the preamble once, then only each prompt's own part (twice: one by one, then batched)
-    assert s.stats.prefill_tokens < 0.6 * 2 * alone
+    assert s.stats.prefill_tokens < 0.6 * 3 * alone  # three rounds, each prompt's own part only
     off = scan_sampler(tok, "scaffold", max_new_tokens=24, vocab_size=model.config.vocab_size, share_preamble=False)
     with off.preamble(model, ids):
         assert off._preamble is None
+
+
+def test_a_drafted_greedy_reply_is_the_greedy_reply_in_fewer_forwards(smollm):
+    """``greedy`` proposes the tokens that followed the same last tokens in its previous reply and keeps what the
+    model's argmax agrees with: each reply is still what a plain forward picks token by token, stops at the
+    turn's end, and once a reply exists to draft from, the next one takes fewer forwards than tokens."""
+    from spectrum_rft.training.spectrum.trl_data import grpo_rows, scan_sampler
+
+    tok, model = smollm
+    rows = grpo_rows(3, prompt="weak", memory_mode="scaffold", salt="test-draft", scan_in_prompt=True)
+    s = scan_sampler(tok, "scaffold", max_new_tokens=40, vocab_size=model.config.vocab_size)
+    forwards = []
+    real_forward = model.forward
+
+    def counting(*a, **kw):
+        forwards.append(1)
+        return real_forward(*a, **kw)
+
+    replies = []
+    model.forward = counting
+    try:
+        for r in rows:
+            forwards.clear()
+            ids = s.prompt_ids(r["prompt"])
+            replies.append((ids, s.greedy(model, ids), len(forwards)))
+    finally:
+        del model.forward
+    for ids, reply, _ in replies:
+        assert 0 < len(reply) <= 40
+        assert _greedy_under_a_plain_forward(model, ids, reply) < 1e-3
+        assert all(t not in s.stop_ids for t in reply[:-1])
+    # the second and third replies draft from the one before: fewer forwards (the prefill is one) than tokens
+    assert any(n - 1 < len(reply) for _, reply, n in replies[1:])
+    assert S._lookup([1, 2, 3], [9, 2, 3, 4, 5, 6], 2) == [4, 5] and S._lookup([7], [1, 2], 3) == []
 
 
 def test_batched_groups_sample_what_group_by_group_samples(smollm):

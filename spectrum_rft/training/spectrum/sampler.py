@@ -48,6 +48,7 @@ TOOL_CALL_CLOSE = "\n</tool_call>"  # ... and closes it
 
 OVER_CAP = 1  # items a list may run past the env's cap under the grammar (the env refuses them; see below)
 MIN_PREAMBLE = 16  # tokens a step's prompts must share before their common preamble is prefilled once
+DRAFT = 16  # tokens a greedy reply's draft proposes at most (:meth:`GroupSampler.greedy`)
 
 
 def _past_cap(params: dict, over: int) -> dict:
@@ -160,6 +161,19 @@ class GrammarMasks:
         return bits.reshape(n, -1)[:, :self.vocab_size].bool()
 
 
+def _lookup(tokens: list[int], reference: list[int], k: int, longest: int = 3) -> list[int]:
+    """Up to ``k`` tokens that followed, in ``reference``, the latest occurrence of the longest tail of
+    ``tokens`` (``longest`` tokens down to one) found there; [] when none is."""
+    if k <= 0 or not reference:
+        return []
+    for n in range(min(longest, len(tokens)), 0, -1):
+        tail = tokens[-n:]
+        for i in range(len(reference) - n - 1, -1, -1):
+            if reference[i:i + n] == tail:
+                return reference[i + n:i + n + k]
+    return []
+
+
 @dataclass
 class SamplerStats:
     """What the sampler ran through the model in its last call (read by tests and benchmarks)."""
@@ -184,8 +198,9 @@ class GroupSampler:
 
     ``share_preamble``: within one call (one training step, one model), the token prefix every distinct prompt
     shares (the system prompt and the tool preamble: ~70 % of a scan episode's prompt) is prefilled once and its
-    KV cache copied into each prompt's prefill (:meth:`preamble`), so a prompt's own prefill runs only its scan.
-    The same distribution, up to float rounding of a prefill cut in two."""
+    KV cache copied into each prompt's prefill (:meth:`preamble`), so a prompt's own prefill runs only its scan,
+    and the step's groups are sampled as one batch (:meth:`sample_each`: on a CPU a decode step reads every
+    weight whether it decodes 8 rows or 16). The same distribution, up to float rounding of a prefill cut in two."""
 
     def __init__(self, tokenizer: Any, *, tools: Sequence[dict], grammar_tools: Sequence[dict] | None = None,
                  constrained: bool = False, max_new_tokens: int = 160, vocab_size: int | None = None,
@@ -194,6 +209,7 @@ class GroupSampler:
         self.batch_groups = batch_groups
         self.share_preamble = share_preamble
         self._preamble: tuple[list[int], Any] | None = None  # (its tokens, their KV cache) while one is active
+        self._reference: list[int] = []  # the last greedy reply (with the prompt's last tokens): :meth:`greedy`'s drafts
         self.tools = list(tools)
         self.constrained = constrained
         self.max_new_tokens = max_new_tokens
@@ -294,32 +310,81 @@ class GroupSampler:
         return model(input_ids=torch.tensor([ids[n:]], device=next(model.parameters()).device), cache=cache,
                      use_cache=True, logits_to_keep=1).cache
 
-    def sample_each(self, model: Any, prompts_ids: list[list[int]], *, temperature: float = 0.0,
-                    seed: int | None = None) -> list[list[int]]:
-        """One completion of each prompt, as one batch (the own prefix's plays: one scan of every row). Under an
-        active :meth:`preamble` each prompt is the part the preamble holds, padding, then its own part, so every
-        prompt ends in the last column and the preamble's cache is copied, not run again; otherwise
-        :meth:`sample_prompts` (left-padded)."""
+    def greedy(self, model: Any, prompt_ids: list[int]) -> list[int]:
+        """One greedy completion of one prompt (the own prefix's plays), decoded with drafts: the tokens that
+        followed the same last few tokens in this sampler's previous greedy reply (the call's boilerplate, the
+        numbers it wrote) are proposed and checked in one forward, and the longest run the model's argmax
+        agrees with is kept, so the reply is the model's greedy reply and a forward often adds several tokens
+        (decoding one token at a time on a CPU reads every weight per token). Unconstrained samplers only; under
+        the grammar: :meth:`sample` at temperature 0."""
         import torch  # noqa: PLC0415
 
-        n, cache = self._reused(prompts_ids)
-        if cache is None:
-            return self.sample_prompts(model, prompts_ids, temperature=temperature, seed=seed)[0]
+        if self.compiled_grammar is not None:
+            return self.sample(model, prompt_ids, 1, temperature=0.0)[0][0]
         device = next(model.parameters()).device
-        head, own = list(prompts_ids[0][:n]), [list(p[n:]) for p in prompts_ids]
+        stops, out, last = set(self.stop_ids), [], prompt_ids[-1]
+        context = list(prompt_ids[-4:])
+        with torch.no_grad():
+            cache = self._prefill(model, list(prompt_ids[:-1]))
+            while len(out) < self.max_new_tokens:
+                draft = _lookup(context + out, self._reference, min(DRAFT, self.max_new_tokens - len(out) - 1))
+                logits = model(input_ids=torch.tensor([[last, *draft]], device=device), cache=cache, use_cache=True).logits
+                best = logits[0].argmax(-1).tolist()
+                n = next((i for i, t in enumerate(draft) if best[i] != t), len(draft))
+                if n < len(draft):
+                    cache.crop(n - len(draft))  # the refused draft tokens leave the cache
+                new = draft[:n] + [best[n]]
+                stop = next((i for i, t in enumerate(new) if t in stops), None)
+                out += new if stop is None else new[:stop + 1]
+                last = new[-1]
+                if stop is not None:
+                    break
+        out = out[:self.max_new_tokens]
+        self._reference = context + out
+        self.stats.completion_tokens += len(out)
+        return out
+
+    def sample_each(self, model: Any, prompts_ids: list[list[int]], n: int = 1, *, temperature: float = 0.0,
+                    top_p: float = 1.0, top_k: int | None = None,
+                    seed: int | None = None) -> tuple[list[list[int]], list[list[float]]]:
+        """``n`` completions of each prompt (in order: the first prompt's ``n``, then the next's), as one batch:
+        the own prefix's plays (one scan of every row, greedy), a step's groups, an evaluation's rows. Under an
+        active :meth:`preamble` each prompt is the part the preamble holds, padding, then its own part, so every
+        prompt ends in the last column; the preamble's cache is copied, each prompt's own part prefilled once and
+        its cache repeated ``n`` times. Without one: :meth:`sample_prompts` (``n`` = 1, left-padded) or
+        :meth:`sample` prompt by prompt. Completions and log-probs as :meth:`sample`'s."""
+        import torch  # noqa: PLC0415
+
+        shared, cache = self._reused(prompts_ids)
+        if cache is None:
+            if n == 1:
+                return self.sample_prompts(model, prompts_ids, temperature=temperature, top_p=top_p, top_k=top_k,
+                                           seed=seed)
+            comps, lps = [], []
+            for i, p in enumerate(prompts_ids):
+                c, lp = self.sample(model, p, n, temperature=temperature, top_p=top_p, top_k=top_k,
+                                    seed=None if seed is None else seed + i)
+                comps += c
+                lps += lp
+            return comps, lps
+        device = next(model.parameters()).device
+        head, own = list(prompts_ids[0][:shared]), [list(p[shared:]) for p in prompts_ids]
         width, pad = max(len(o) for o in own), self.tokenizer.pad_token_id
         ids = torch.tensor([head + [pad] * (width - len(o)) + o for o in own], device=device)
-        mask = torch.tensor([[1] * n + [0] * (width - len(o)) + [1] * len(o) for o in own], device=device)
+        mask = torch.tensor([[1] * shared + [0] * (width - len(o)) + [1] * len(o) for o in own], device=device)
         if seed is not None:
             torch.manual_seed(seed)
         with torch.no_grad():
             cache.batch_repeat_interleave(len(own))
             positions = (mask.cumsum(-1) - 1).clamp(min=0)  # the padding takes no position
-            model(input_ids=ids[:, n:-1], attention_mask=mask[:, :-1], position_ids=positions[:, n:-1], cache=cache,
-                  use_cache=True, logits_to_keep=1)
-            out = self._generate(model, ids, mask, cache, temperature, 1.0, None)
+            model(input_ids=ids[:, shared:-1], attention_mask=mask[:, :-1], position_ids=positions[:, shared:-1],
+                  cache=cache, use_cache=True, logits_to_keep=1)
+            if n > 1:
+                cache.batch_repeat_interleave(n)
+                ids, mask = ids.repeat_interleave(n, dim=0), mask.repeat_interleave(n, dim=0)
+            out = self._generate(model, ids, mask, cache, temperature, top_p, top_k)
         self.stats.prefill_tokens += sum(len(o) - 1 for o in own)
-        return self._completions(out, ids.shape[1])[0]
+        return self._completions(out, ids.shape[1])
 
     def sample_prompts(self, model: Any, prompts_ids: list[list[int]], *, temperature: float = 1.0, top_p: float = 1.0,
                        top_k: int | None = None, seed: int | None = None) -> tuple[list[list[int]], list[list[float]]]:
@@ -390,9 +455,14 @@ class GroupSampler:
         else:
             completion_ids, logprobs = [], []
             with self.preamble(model, [ids for ids, _ in groups]):
-                for ids, n in groups:
-                    comps, lps = self.sample(model, ids, n, **sampling)
-                    completion_ids += comps
-                    logprobs += lps
+                if self._preamble is not None and len({n for _, n in groups}) == 1:
+                    # the groups as one batch: the shared preamble once, each prompt's own part once
+                    completion_ids, logprobs = self.sample_each(model, [ids for ids, _ in groups], groups[0][1],
+                                                                **sampling)
+                else:
+                    for ids, n in groups:
+                        comps, lps = self.sample(model, ids, n, **sampling)
+                        completion_ids += comps
+                        logprobs += lps
         self.stats.groups += len(groups)
         return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": logprobs}

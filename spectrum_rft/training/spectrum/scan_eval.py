@@ -86,7 +86,7 @@ def _sample_and_judge(rows: list[dict], sampler: Any, tok: Any, model: Any, engi
         chunk = rows[start:start + batch]
         ids = [sampler.prompt_ids(r["prompt"]) for r in chunk]
         if engine is None:
-            comps = sampler.sample_each(model, ids, temperature=temperature, seed=seed + start)
+            comps = sampler.sample_each(model, ids, temperature=temperature, seed=seed + start)[0]
         else:
             comps = [c for c, _ in engine.complete(ids, grammar=grammar, temperature=temperature,
                                                    max_new_tokens=max_new_tokens, seed=seed + start)]

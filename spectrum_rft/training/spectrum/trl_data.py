@@ -132,24 +132,27 @@ class OwnPrefixSampler:
     costs k-1 greedy replies per prompt per step (each prefilled on its own): on a CPU, about half a step's
     sampling again for scans drawn uniformly from 1..12 (docs/TRAINING.md)."""
 
-    def __init__(self, sampler: Any, rows: list[dict], tokenizer: Any, *, batch: bool = True) -> None:
-        self.sampler, self.tokenizer, self.batch = sampler, tokenizer, batch
+    def __init__(self, sampler: Any, rows: list[dict], tokenizer: Any, *, fast: bool = True) -> None:
+        self.sampler, self.tokenizer, self.fast = sampler, tokenizer, fast
         self.rows = {prompt_key(r["prompt"]): r for r in rows}
 
     def prefixes(self, model: Any, rows: list[dict]) -> list[list[dict | None]]:
         """Each row's prefix: the model's reports on its scans 1..k-1 (a call's arguments, or None: no report
-        written). Scan by scan; with ``batch`` the rows that play a scan play it as one batch
-        (:meth:`GroupSampler.sample_each`), else one reply at a time."""
+        written). Scan by scan; ``fast``: the rows that play a scan play it as one batch
+        (:meth:`GroupSampler.sample_each`), a row that plays it alone one drafted greedy reply
+        (:meth:`GroupSampler.greedy`); otherwise one plain greedy reply at a time."""
         from trl.chat_template_utils import parse_response  # noqa: PLC0415
 
         reports: list[list[dict | None]] = [[] for _ in rows]
         for scan in range(1, max((int(r["scan"]) for r in rows), default=1)):
             playing = [i for i, r in enumerate(rows) if int(r["scan"]) > scan]
             ids = [self.sampler.prompt_ids(own_prefix_prompt(rows[i], reports[i], scan)) for i in playing]
-            if self.batch:
-                comps = self.sampler.sample_each(model, ids, temperature=0.0)
-            else:
+            if not self.fast:
                 comps = [self.sampler.sample(model, p, 1, temperature=0.0)[0][0] for p in ids]
+            elif len(ids) > 1:
+                comps = self.sampler.sample_each(model, ids, temperature=0.0)[0]
+            else:
+                comps = [self.sampler.greedy(model, ids[0])]
             for i, p, c in zip(playing, ids, comps):
                 calls = message_calls(parse_response(self.tokenizer, c, prefix=p))
                 call = next((c for c in calls if c["name"] == "submit_report"), None)

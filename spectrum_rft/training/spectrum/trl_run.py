@@ -121,7 +121,7 @@ class GrpoConfig(Common, GrpoRunConfig):
     batch_groups: bool = False  # --sampler group: a step's groups sampled as one batch (GPUs: half the decode steps for two groups; CPUs: each prompt prefilled G times)
     shared_prefix: bool = False  # learner: each group's prompt run once, its KV cache shared by the G completions (sc_grpo.completion_logits); loss pg = TRL's dapo on-policy
     share_preamble: bool = True  # --sampler group: a step's common prompt preamble (system prompt, tools) prefilled once, each prompt's prefill starting from its KV cache
-    batch_prefix: bool = True  # --echo-history policy: the rows that play an earlier scan play it as one batch (greedy), not one reply at a time
+    fast_prefix: bool = True  # --echo-history policy: the rows that play an earlier scan play it as one batch, a row alone a drafted greedy reply (the same replies, fewer forwards)
     learner: str = "masked"  # with --constrained: masked (the grammar's masks in the learner's log-softmax: the policy that sampled is trained, forced tokens carry no gradient; with vLLM a truncated importance weight to vLLM's log-probs) or unmasked (the model's own log-probs, TRL's learner); docs/TRAINING.md
 
     def check(self) -> None:
@@ -257,7 +257,7 @@ def sft_main(argv: list[str] | None = None) -> int:
         print(f"sft: {cfg.out}/model rebuilt from {cfg.model} + the adapter {cfg.from_adapter} (no training)")
         return 0
     if s["main_process"]:
-        print(f"sft: {s['rows']} conversations (memoryless policy score {s['policy_score']:.3f}), {s['steps']} steps, "
+        print(f"sft: {s['rows']} conversations (targets: {cfg.target_policy}, score {s['policy_score']:.3f}), {s['steps']} steps, "
               f"final loss {s['final_loss']}, {s['train_s']} s -> {cfg.out}/model")
         for e in s.get("scan_eval", []):
             print(f"  scan-eval T={e['temperature']:g}{' constrained' if e['constrained'] else ''}: {e['scans']} scans, "
@@ -346,7 +346,7 @@ def run_train(cfg: GrpoConfig, callbacks: list | None = None) -> dict:
         sampler = scan_sampler(tok, cfg.mode, preset=cfg.preset, constrained=cfg.constrained,
                                max_new_tokens=cfg.max_completion_length, vocab_size=model.config.vocab_size,
                                batch_groups=cfg.batch_groups, share_preamble=cfg.share_preamble)
-        generation = {"rollout_func": OwnPrefixSampler(sampler, rows, tok, batch=cfg.batch_prefix)
+        generation = {"rollout_func": OwnPrefixSampler(sampler, rows, tok, fast=cfg.fast_prefix)
                       if cfg.echo_history == POLICY_HISTORY else sampler}
         if masked:
             learner["grammar_masks"] = sampler.grammar_masks()
