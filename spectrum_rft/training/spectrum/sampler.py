@@ -286,12 +286,13 @@ class GroupSampler:
             self._preamble = None
 
     def _reused(self, prompts_ids: Sequence[Sequence[int]]) -> tuple[int, Any]:
-        """How many leading tokens of every prompt in ``prompts_ids`` the active preamble holds (short of each
-        prompt's last token; 0 under :data:`MIN_PREAMBLE`), and a copy of its KV cache cut to them (None at 0)."""
+        """How many leading tokens of every prompt in ``prompts_ids`` the active preamble holds (leaving each
+        prompt at least two of its own; 0 under :data:`MIN_PREAMBLE`), and a copy of its KV cache cut to them
+        (None at 0)."""
         if self._preamble is None:
             return 0, None
         tokens, cache = self._preamble
-        n = min(len(tokens), *(len(p) - 1 for p in prompts_ids))
+        n = min(len(tokens), *(len(p) - 2 for p in prompts_ids))
         for p in prompts_ids:
             n = next((i for i in range(n) if p[i] != tokens[i]), n)
         if n < MIN_PREAMBLE:
