@@ -11,7 +11,8 @@ or the folder holding the checkout, so nothing machine-specific is committed.
 
 ``--with-adapter`` also keeps the run's LoRA adapter (adapter/adapter_model.safetensors and its config, the
 base model's path replaced by the run's ``--model``), so ``spectrum-rft sft --from-adapter`` can restore a
-warm start exactly elsewhere (an SFT adapter of SmolLM2-135M, r16 on every layer, is ~19 MB).
+warm start exactly elsewhere (an SFT adapter of SmolLM2-135M, r16 on every layer, is ~19 MB). ``--float16``
+keeps it in float16 (~10 MB; merged into the model its weights are within ~1e-6 of the run's float32 ones).
 
     python scripts/record_runs.py --with-checkpoint results/memory-evidence5 runs/evidence5/grpo/weak-scaffold-s2
 
@@ -52,8 +53,8 @@ def names_a_machine_path(src: Path) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    with_adapter, with_checkpoint = "--with-adapter" in argv, "--with-checkpoint" in argv
-    argv = [a for a in argv if a not in ("--with-adapter", "--with-checkpoint")]
+    with_adapter, with_checkpoint, half = "--with-adapter" in argv, "--with-checkpoint" in argv, "--float16" in argv
+    argv = [a for a in argv if a not in ("--with-adapter", "--with-checkpoint", "--float16")]
     if len(argv) < 2:
         print(__doc__, file=sys.stderr)
         return 2
@@ -73,7 +74,14 @@ def main(argv: list[str]) -> int:
             shutil.copyfile(src, out / name)
         if with_adapter and (run / "adapter" / "adapter_model.safetensors").is_file():
             (out / "adapter").mkdir(exist_ok=True)
-            shutil.copyfile(run / "adapter" / "adapter_model.safetensors", out / "adapter" / "adapter_model.safetensors")
+            if half:
+                from safetensors.torch import load_file, save_file  # noqa: PLC0415
+
+                weights = load_file(run / "adapter" / "adapter_model.safetensors")
+                save_file({k: v.half().contiguous() for k, v in weights.items()},
+                          out / "adapter" / "adapter_model.safetensors", metadata={"format": "pt"})
+            else:
+                shutil.copyfile(run / "adapter" / "adapter_model.safetensors", out / "adapter" / "adapter_model.safetensors")
             config = json.loads((run / "adapter" / "adapter_config.json").read_text())
             config["base_model_name_or_path"] = json.loads((run / "config.json").read_text())["model"]
             (out / "adapter" / "adapter_config.json").write_text(json.dumps(config, indent=2) + "\n")

@@ -102,3 +102,26 @@ def test_what_it_refuses_one_line_each(home):
     res = record("--with-checkpoint", home / "results", run, cwd=home / "cwd")
     assert res.returncode == 1 and "names a machine path" in res.stderr
     assert not (home / "results" / run.name / "checkpoint-2").exists()
+
+
+def test_an_adapter_kept_in_float16_is_half_the_size_and_the_same_weights(home):
+    """``--with-adapter --float16``: the LoRA adapter recorded in float16 (what the repository keeps of a warm
+    start), its values the run's to float16 rounding, its config naming the run's --model, not a path."""
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import load_file, save_file
+
+    run = a_run(home, [], finished=True)
+    (run / "adapter").mkdir()
+    weights = {"base_model.model.layers.0.q_proj.lora_A.weight": torch.randn(16, 576) * 0.02,
+               "base_model.model.layers.0.q_proj.lora_B.weight": torch.randn(576, 16) * 0.01}
+    save_file(weights, run / "adapter" / "adapter_model.safetensors")
+    (run / "adapter" / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": str(home / "m")}))
+    res = record("--with-adapter", "--float16", home / "results", run, cwd=home / "cwd")
+    assert res.returncode == 0, res.stderr
+    kept = home / "results" / run.name / "adapter"
+    got = load_file(kept / "adapter_model.safetensors")
+    assert got.keys() == weights.keys() and all(t.dtype == torch.float16 for t in got.values())
+    assert all(torch.allclose(got[k].float(), weights[k], rtol=1e-3, atol=1e-6) for k in weights)
+    size = (kept / "adapter_model.safetensors").stat().st_size
+    assert size < 0.55 * (run / "adapter" / "adapter_model.safetensors").stat().st_size
+    assert json.loads((kept / "adapter_config.json").read_text())["base_model_name_or_path"] == "runs/evidence5/sft/model"
