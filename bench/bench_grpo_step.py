@@ -6,7 +6,8 @@ arithmetic floor of each.
     python bench/bench_grpo_step.py --model runs/sft-format/model --variants own,own-fast   (issue 40 item 6)
 
 Each variant is a real ``spectrum-rft train`` run (TRL's GRPOTrainer, LoRA, CPU) of ``--steps`` steps on
-the same rows; the last step is measured (the first pays one-off costs). The process's own CPU time over
+the same rows; steps 2..N are measured, their mean (the first pays one-off costs; with the own prefix a step's
+cost depends on the scans its rows drew, the same for every variant). The process's own CPU time over
 that step (``time.process_time``; other load on the machine does not count) is the cost:
 completions per CPU-second = completions of the step / its CPU-seconds.
 
@@ -114,7 +115,8 @@ def run_variant(name: str, model: str, steps: int, out: Path) -> dict:
     tokens = logs[-1]["num_tokens"] - (logs[-2]["num_tokens"] if len(logs) > 1 else 0)  # every sequence, in full
     rollouts = [json.loads(x) for x in (out / name / "rollouts.jsonl").read_text().splitlines()]
     last = [r for r in rollouts if r["step"] == max(r["step"] for r in rollouts)]
-    cpu, wall = clock.steps[-1]
+    measured = clock.steps[1:] or clock.steps  # the first step pays one-off costs
+    cpu, wall = (sum(x) / len(measured) for x in zip(*measured))
     n = v["prompts"] * v["group"]
     completion_tokens = n * logs[-1]["completions/mean_length"]
     prompt_tokens = tokens - completion_tokens
@@ -145,7 +147,7 @@ def main() -> None:
             results.append(run_variant(n, args.model, args.steps, Path(tmp)))
     flops = {t: matmul_flops(t) for t in sorted({r["threads"] for r in results})}
     base = results[0]["completions_per_cpu_s"]
-    print(f"\nGRPO step on scan episodes, model {args.model}, last of {args.steps} steps, this machine")
+    print(f"\nGRPO step on scan episodes, model {args.model}, mean of steps 2-{args.steps}, this machine")
     print(f"matmul float32 FLOP/s: " + ", ".join(f"{t} thread(s) {f / 1e9:.1f} G" for t, f in flops.items()))
     print(f"{'variant':<14}{'rows x G':>9}{'max tok':>8}{'thr':>4}{'cpu s':>8}{'wall s':>8}{'compl/cpu-s':>12}"
           f"{'x ' + names[0]:>8}{'tokens':>8}{'floor s':>8}{'valid':>7}")
