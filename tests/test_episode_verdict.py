@@ -135,3 +135,28 @@ def test_memory_report_prints_the_whole_episode_verdict(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["whole"]["verdict"] == "learned"
     assert M.main(["--whole-warm", str(tmp_path / "missing")]) == 2
     assert "not a finished spectrum-rft eval folder" in capsys.readouterr().err
+
+
+def test_the_power_check_says_what_the_rule_can_detect_before_any_run(tmp_path, capsys):
+    """``memory-report --whole-warm W --whole-perfect P`` (issue 40 item 5): from the warm start's band-to-band
+    SD, SE(u) ~ sqrt(2) SD / sqrt(bands), the u found > 2 SE with 80 % power is 2.84 SE, against what perfect
+    use earns over the warm start on the same bands; more bands shrink it, a constant shift does not move it."""
+    w = eval_dir(tmp_path / "warm", list(WARM))
+    p = eval_dir(tmp_path / "perfect", list(WARM + 0.3))
+    pc = V.power_check(V.load_episodes(w), V.load_episodes(p))
+    sd = float(np.std(WARM, ddof=1))
+    assert pc["bands"] == 24 and pc["warm_sd"] == pytest.approx(sd)
+    assert pc["se_u"] == pytest.approx(np.sqrt(2) * sd / np.sqrt(24))
+    assert pc["detectable_u"] == pytest.approx(2.84 * pc["se_u"]) and pc["allowed"] == pytest.approx(0.3)
+    assert pc["detectable_share"] == pytest.approx(pc["detectable_u"] / 0.3)
+    # the band count that would detect a tenth of the allowed effect does so by the same formula
+    need = pc["bands_for_a_tenth"]
+    assert 2.84 * np.sqrt(2) * sd / np.sqrt(need) <= 0.03 < 2.84 * np.sqrt(2) * sd / np.sqrt(need - 1)
+    shifted = V.power_check(V.load_episodes(eval_dir(tmp_path / "warm2", list(WARM + 0.1))), V.load_episodes(p))
+    assert shifted["se_u"] == pytest.approx(pc["se_u"]) and shifted["allowed"] == pytest.approx(0.2)
+    assert M.main(["--whole-warm", w, "--whole-perfect", p]) == 0
+    out = capsys.readouterr().out
+    assert "power check (before any run): 24 bands" in out and "the rule detects" in out
+    other = eval_dir(tmp_path / "elsewhere", list(WARM[:20]), prefix="other")
+    assert M.main(["--whole-warm", w, "--whole-perfect", other]) == 2
+    assert "bands differ" in capsys.readouterr().err

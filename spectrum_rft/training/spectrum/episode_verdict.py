@@ -17,6 +17,9 @@ Each is one eval folder (``rows.jsonl`` + ``summary.json`` of one model).
   **NOT LEARNED** if u <= 2 SE(u) and every checkpoint (real and control) reports >= 95 %; otherwise
   **INCONCLUSIVE** (also with fewer than :data:`MIN_BANDS` bands or :data:`MIN_SEEDS` seeds in an arm).
 
+Before any run, :func:`power_check` says what the rule can detect on the held-out bands (issue 40 item 5): from the
+warm start's band-to-band SD, against what perfect use of the echo earns on the same bands.
+
 The held-out bands must be unseen: :func:`check_unseen` refuses a verdict when a band's fingerprint appears in
 a training run's ``rollouts.jsonl`` or in an SFT/training dataset file.
 """
@@ -36,6 +39,7 @@ MIN_SEEDS = 3
 MIN_REPORTED = 0.95
 BOOTSTRAP = 10_000
 BOOTSTRAP_SEED = 40  # the issue's number: fixed, so the SE of a record is reproducible to the digit
+Z_POWER = 0.84  # one-sided 80 % power: an effect (2 + Z_POWER) SE large is found > 2 SE four times in five
 
 
 class VerdictInputError(ValueError):
@@ -175,6 +179,39 @@ def whole_verdict(warm: dict, real: dict[int, dict], control: dict[int, dict]) -
         v, why = "inconclusive", (f"u = {u:+.4f} (2 SE {2 * se_u:.4f}), d = {d:+.4f} (2 SE {2 * se_d:.4f}); real "
                                   f"checkpoints report >= 95 %: {real_ok}, all: {all_ok}")
     return {**out, "verdict": v, "why": why}
+
+
+def power_check(warm: dict, perfect: dict) -> dict:
+    """What the rule can detect on these bands, before any run (issue 40 item 5). ``warm``: the warm start's whole
+    episodes; ``perfect``: perfect use of the echo on the same bands (the ``accumulate`` policy through the same
+    evaluator). A checkpoint whose per-band metric spreads as the warm start's does, independently of it, gives
+    per-band differences u_b of SD sqrt(2) sd(warm), so SE(u) ~ sqrt(2) sd(warm) / sqrt(bands) (conservative: a
+    checkpoint that keeps the warm start's band-to-band pattern shrinks it). Seeds average only their own noise,
+    not the bands': more seeds cannot buy back a band term; more bands can. The smallest u the rule finds
+    (> 2 SE) four times in five is (2 + :data:`Z_POWER`) SE; ``allowed`` is perfect use minus the warm start."""
+    bands = _common_bands([warm, perfect])
+    w = np.array([warm["bands"][b][METRIC] for b in bands], dtype=float)
+    p = np.array([perfect["bands"][b][METRIC] for b in bands], dtype=float)
+    if len(bands) < 2:
+        raise VerdictInputError(f"{warm['name']}: {len(bands)} band(s); a band-to-band SD needs at least 2")
+    sd = float(w.std(ddof=1))
+    se_u = float(np.sqrt(2.0) * sd / np.sqrt(len(bands)))
+    allowed = float((p - w).mean())
+    mde = (2 + Z_POWER) * se_u
+    return {"bands": len(bands), "metric": METRIC, "warm_mean": float(w.mean()), "warm_sd": sd, "se_u": se_u,
+            "detectable_u": mde, "allowed": allowed, "detectable_share": mde / allowed if allowed > 0 else None,
+            "bands_for_a_tenth": (int(np.ceil(2 * ((2 + Z_POWER) * sd / (0.1 * allowed)) ** 2))
+                                  if allowed > 0 else None)}
+
+
+def format_power(pc: dict) -> list[str]:
+    share = f"{pc['detectable_share']:.0%} of it" if pc["detectable_share"] is not None else "perfect use earns nothing here"
+    return [f"power check (before any run): {pc['bands']} bands, warm start {pc['metric']} {pc['warm_mean']:+.4f} "
+            f"(band-to-band SD {pc['warm_sd']:.4f})",
+            f"  SE(u) ~ sqrt(2) x SD / sqrt(bands) = {pc['se_u']:.4f}; found > 2 SE with 80 % power: u >= "
+            f"{pc['detectable_u']:.4f}",
+            f"  perfect use of the echo earns {pc['allowed']:+.4f} over the warm start on these bands: the rule detects "
+            f"{share}" + (f"; a tenth of it needs ~{pc['bands_for_a_tenth']} bands" if pc["bands_for_a_tenth"] else "")]
 
 
 def by_seed(specs: Sequence[str], flag: str, load: Callable[[str], dict], example: str) -> dict[int, dict]:

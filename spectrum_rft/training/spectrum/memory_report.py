@@ -54,7 +54,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from spectrum_rft.common.stats import linear_fit, mean, pstdev, standard_error, thirds, trailing_mean
-from spectrum_rft.training.spectrum.episode_verdict import by_seed, format_verdict, judge
+from spectrum_rft.training.spectrum.episode_verdict import (by_seed, format_power, format_verdict, judge, load_episodes,
+                                                          power_check)
 from spectrum_rft.training.spectrum.scan_eval import Unpaired, load_result, paired_difference
 
 CURVES = ("score", "late_score", "gain_vs_memoryless", "gain_valid", "echo_copy", "carry_rate", "valid")
@@ -273,10 +274,14 @@ def print_whole(a: argparse.Namespace) -> int:
     """The whole-episode verdict (:mod:`.episode_verdict`) of ``--whole-*``, printed (or JSON); 2 on bad input."""
     try:
         v = judge(a.whole_warm, a.whole_real, a.whole_control, a.whole_exclude)
+        pc = power_check(load_episodes(a.whole_warm), load_episodes(a.whole_perfect)) if a.whole_perfect else None
     except (ValueError, OSError, KeyError) as e:  # VerdictInputError is a ValueError
         print(f"spectrum-rft memory-report: {e}", file=sys.stderr)
         return 2
-    print(json.dumps({"whole": v}, indent=2) if a.json else "\n".join(format_verdict(v)))
+    if a.json:
+        print(json.dumps({"whole": v, **({"power": pc} if pc else {})}, indent=2))
+    else:
+        print("\n".join(format_verdict(v) + (format_power(pc) if pc else [])))
     return 0
 
 
@@ -299,6 +304,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--whole-exclude", action="append", default=[], metavar="PATH",
                     help="a training run folder (its rollouts.jsonl) or SFT/training dataset whose bands the held-out "
                          "bands must not include (repeatable; checked by fingerprint)")
+    ap.add_argument("--whole-perfect", metavar="EVAL_DIR",
+                    help="with --whole-warm, the power check before any run: perfect use of the echo (spectrum-rft eval "
+                         "--model accumulate) on the same bands")
     ap.add_argument("--png", default=None, help="curves PNG (default: <first run's parent>/memory_curves.png)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
