@@ -203,7 +203,8 @@ def test_serve_hf_answers_with_parsed_tool_calls(sft_run):
     from spectrum_rft.training.spectrum.trl_data import grpo_rows, tool_schemas_of
     from spectrum_rft.training.spectrum.trl_env import SpectrumToolEnv
 
-    server = make_server(HfChatModel(sft_run / "model", threads=1), "spectrum-hf")
+    hf = HfChatModel(sft_run / "model", threads=1)
+    server = make_server(hf, "spectrum-hf")
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_address[1]}/v1"
 
@@ -231,6 +232,21 @@ def test_serve_hf_answers_with_parsed_tool_calls(sft_run):
         assert call["name"] == "submit_report"
         assert isinstance(json.loads(call["arguments"])["center_freqs"], list)
         assert out["usage"]["prompt_tokens"] > 100
+        # greedy requests share the system prompt and tools: from the second one on, that prefix is prefilled once
+        # and kept, and each reply is still what a plain forward picks token by token
+        from test_sampler import _greedy_under_a_plain_forward
+
+        second = grpo_rows(2, prompt="weak", memory_mode="none", salt="sft", prefix="sft")[1]
+        obs2 = SpectrumToolEnv().reset(**second)
+        status, out2 = post({"model": "spectrum-hf", "messages": [second["prompt"][0], {"role": "user", "content": obs2}],
+                             "tools": tool_schemas_of(env), "max_tokens": 80, "temperature": 0})
+        assert status == 200 and out2["choices"][0]["finish_reason"] == "tool_calls", out2
+        assert hf._greedy._preamble is not None and len(hf._greedy._preamble[0]) > 100
+        ids = list(hf.tok.apply_chat_template([second["prompt"][0], {"role": "user", "content": obs2}],
+                                              tools=tool_schemas_of(env), add_generation_prompt=True, tokenize=True,
+                                              return_dict=False))
+        reply = hf._greedy.greedy(hf.model, ids)
+        assert _greedy_under_a_plain_forward(hf.model, ids, reply) < 1e-3
         assert post({"messages": []})[0] == 400
         assert post({"messages": [{"role": "user", "content": "x"}], "max_tokens": -1})[0] == 400
         # the grammar on request: tool_choice "required" -> one well formed call of the request's tools (the

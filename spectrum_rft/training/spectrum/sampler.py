@@ -210,6 +210,7 @@ class GroupSampler:
         self.share_preamble = share_preamble
         self._preamble: tuple[list[int], Any] | None = None  # (its tokens, their KV cache) while one is active
         self._reference: list[int] = []  # the last greedy reply (with the prompt's last tokens): :meth:`greedy`'s drafts
+        self._last_prompt: list[int] | None = None  # :meth:`remember`'s previous prompt
         self.tools = list(tools)
         self.constrained = constrained
         self.max_new_tokens = max_new_tokens
@@ -284,6 +285,27 @@ class GroupSampler:
             yield
         finally:
             self._preamble = None
+
+    def remember(self, model: Any, prompt_ids: Sequence[int]) -> None:
+        """For a model that does not change (a server: ``serve-hf``): the prefix this prompt shares with the one
+        before becomes the preamble, prefilled once and kept while later prompts begin with it (an evaluation's
+        requests share the system prompt and the tools), so each request's prefill runs its own part only."""
+        import torch  # noqa: PLC0415
+
+        last, self._last_prompt = self._last_prompt, list(prompt_ids)
+        if self._preamble is not None and list(prompt_ids[:len(self._preamble[0])]) == self._preamble[0]:
+            return
+        if last is None:
+            return
+        n = min(len(last), len(prompt_ids) - 2)
+        common = next((i for i in range(n) if last[i] != prompt_ids[i]), n)
+        if common < MIN_PREAMBLE:
+            return
+        tokens = list(prompt_ids[:common])
+        with torch.no_grad():
+            cache = model(input_ids=torch.tensor([tokens], device=next(model.parameters()).device), use_cache=True,
+                          logits_to_keep=1).cache
+        self._preamble = (tokens, cache)
 
     def _reused(self, prompts_ids: Sequence[Sequence[int]]) -> tuple[int, Any]:
         """How many leading tokens of every prompt in ``prompts_ids`` the active preamble holds (leaving each

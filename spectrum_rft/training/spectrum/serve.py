@@ -6,8 +6,11 @@ scores a trained model exactly as it scores any other (``spectrum-rft eval --mod
 It renders with the checkpoint's own chat template (the tool template training used:
 :mod:`.chat_template`) and reads tool calls back with TRL's parser (``trl.chat_template_utils.
 parse_response``), the same two steps GRPO training took, so what the evaluator sees is what the trainer
-rewarded. One request at a time (CPU), greedy when ``temperature`` is 0 or absent. Each request is logged
-to stderr on one line (prompt and completion tokens, seconds, finish reason: :func:`request_line`).
+rewarded. One request at a time (CPU), greedy when ``temperature`` is 0 or absent: with transformers, decoded
+by the training sampler's :meth:`~spectrum_rft.training.spectrum.sampler.GroupSampler.greedy` (drafts checked in
+one forward: the model's greedy reply in fewer forwards) from the prefix the requests share (the system prompt
+and tools, prefilled once: :meth:`~spectrum_rft.training.spectrum.sampler.GroupSampler.remember`). Each request
+is logged to stderr on one line (prompt and completion tokens, seconds, finish reason: :func:`request_line`).
 
     POST /v1/chat/completions   {messages, tools?, tool_choice?, max_tokens?, temperature?}
     GET  /v1/models
@@ -116,6 +119,11 @@ class HfChatModel:
         self.lock = threading.Lock()
         self.grammar = grammar  # every request with tools is sampled under their grammar
         self._samplers: dict[str, Any] = {}  # grammars by the request's tools: compiled (transformers), text (vLLM)
+        self._greedy: Any = None  # transformers: the unconstrained sampler of greedy requests (its preamble kept)
+        if self.model is not None:
+            from spectrum_rft.training.spectrum.sampler import GroupSampler  # noqa: PLC0415
+
+            self._greedy = GroupSampler(self.tok, tools=[], vocab_size=self.config.vocab_size)
 
     def _sampler(self, tools: list) -> Any:
         """The constrained sampler of a request's tools (built once per distinct tool list): the transformers
@@ -176,6 +184,14 @@ class HfChatModel:
             with self.lock:
                 return self.vllm.complete([enc["input_ids"][0].tolist()], temperature=temperature,
                                           max_new_tokens=max_new)[0]
+        if temperature == 0:  # greedy: the sampler's drafted decoding, from the requests' shared preamble
+            ids = enc["input_ids"][0].tolist()
+            with self.lock:
+                greedy = self._greedy
+                greedy.max_new_tokens = max_new
+                greedy.remember(self.model, ids)
+                new = greedy.greedy(self.model, ids)
+            return new, bool(new) and new[-1] in greedy.stop_ids
 
         kwargs: dict[str, Any] = {"max_new_tokens": max_new, "pad_token_id": self.tok.pad_token_id or self.tok.eos_token_id,
                                   "eos_token_id": self.tok.eos_token_id}
