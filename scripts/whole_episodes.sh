@@ -20,7 +20,7 @@ python -m spectrum_rft serve-hf --model "$MODEL" --port "$port" --threads 2 $GRA
 server=$!
 trap 'kill "$server" 2> /dev/null || true' EXIT
 for _ in $(seq 180); do curl -sf "http://127.0.0.1:$port/v1/models" > /dev/null && break; sleep 1; done
-resume=(); [[ -f "$OUT/rows.jsonl" ]] && resume=(--resume)
+resume=(); [[ -f "$OUT/rows.jsonl" || -f "$OUT/rows.partial.jsonl" ]] && resume=(--resume)
 # a CPU server beside other jobs can take minutes per turn: long timeouts, so a slow machine is not scored as a
 # model that timed out
 OPENAI_API_KEY=${OPENAI_API_KEY:-local} python -m spectrum_rft eval --model openai/spectrum-hf \
