@@ -43,6 +43,15 @@
 # its own, and later edits of another checkout cannot change a running job.
 # The last round's design (section 8) is this script with SEEDS="0 1" STEPS=20 PROMPTS=1 GROUP=6
 # MAXLEN=128 SAMPLER=trl CONSTRAINED= MICRO=6 and its two SFT rounds.
+#
+# Evidence v4 (section 12, issue 40; its rule fixed in RESULTS_memory.md before any of its runs):
+#   RECORD=results/memory-evidence7 SFT_RECORD=results/memory-evidence6/sft-format-b ECHO_HISTORY=policy \
+#   CONSTRAINED= STAGES="restore grpo report primary" bash scripts/evidence_memory.sh runs/evidence7
+# the gate-passing warm start restored from its adapter (section 12.2), GRPO with the model's own prefix and no
+# grammar, then the primary stage: the warm start and every finished checkpoint on WHOLE_ROWS (24) held-out
+# bands (salt WHOLE_SALT, heldout-whole) as whole episodes through the evaluator, served without the grammar,
+# greedy (scripts/whole_episodes.sh), the accumulate policy on the same bands (perfect use: the power check),
+# and `memory-report --whole-*`: the verdict, every training run's bands excluded by fingerprint.
 set -euo pipefail
 OUT=${1:-runs/evidence5}
 cd "$(dirname "$0")/.."
@@ -59,7 +68,8 @@ CONSTRAINED=${CONSTRAINED---constrained}; STAGES=${STAGES:-"restore sft grpo rep
 STAGES=${STAGES//heldout/panel whole}
 GPU=${GPU:-0}; TRAIN_DEVICE=(--threads 1); EVAL_DEVICE=(--threads 2)
 [[ "$GPU" == 1 ]] && TRAIN_DEVICE=(--no-use-cpu --threads 2 --batch-groups) && EVAL_DEVICE=(--device cuda --threads 2)
-RECORD=${RECORD:-results/memory-evidence5}
+RECORD=${RECORD:-results/memory-evidence5}; SFT_RECORD=${SFT_RECORD:-$RECORD/sft}
+WHOLE_ROWS=${WHOLE_ROWS:-24}; WHOLE_SALT=${WHOLE_SALT:-heldout-whole}
 PANEL_SALT=${PANEL_SALT:-heldout-panel}; ECHO_HISTORY=${ECHO_HISTORY:-accumulate}; LEARNER=${LEARNER:-masked}
 SFT_MODEL=${SFT_MODEL:-$OUT/sft/model}
 mkdir -p "$OUT/scan-eval"
@@ -71,9 +81,9 @@ settle() { local p; for p in "${pids[@]}"; do wait "$p" || echo "a job failed (p
 
 # the step of the newest checkpoint-N folder in a folder ("" if none)
 newest_checkpoint() { { ls -d "$1"/checkpoint-* 2>/dev/null || true; } | sed 's/.*checkpoint-//' | sort -n | tail -1; }
-if has restore && [[ -f "$RECORD/sft/adapter/adapter_model.safetensors" ]]; then
+if has restore && [[ -f "$SFT_RECORD/adapter/adapter_model.safetensors" ]]; then
   mkdir -p "$OUT/grpo"
-  [[ -f "$OUT/sft/summary.json" ]] || srft sft --overwrite --out "$OUT/sft" --from-adapter "$RECORD/sft/adapter" > "$OUT/sft.log" 2>&1
+  [[ -f "$OUT/sft/summary.json" ]] || srft sft --overwrite --out "$OUT/sft" --from-adapter "$SFT_RECORD/adapter" > "$OUT/sft.log" 2>&1
   for rec in "$RECORD"/weak-*/; do
     run="$OUT/grpo/$(basename "$rec")"
     [[ -f "$run/summary.json" ]] && continue
@@ -183,6 +193,22 @@ if has whole; then
       "$OUT/heldout-$name.json.part" 2>/dev/null && mv "$OUT/heldout-$name.json.part" "$OUT/heldout-$name.json"
     kill "$server"; wait "$server" 2>/dev/null || true
   done
+fi
+if has primary; then  # evidence v4's primary endpoint (section 12): whole held-out episodes, no grammar
+  W="$OUT/whole-$WHOLE_SALT"
+  [[ -s "$W/accumulate/summary.json" ]] || srft eval --model accumulate --prompt weak --memory-mode scaffold \
+    --rows "$WHOLE_ROWS" --salt "$WHOLE_SALT" --no-progress --overwrite --out "$W/accumulate" > "$W-accumulate.log" 2>&1
+  verdict=(--whole-warm "$W/sft" --whole-perfect "$W/accumulate")
+  bash scripts/whole_episodes.sh "$SFT_MODEL" "$W/sft" "$WHOLE_ROWS" "$WHOLE_SALT"
+  for run in "$OUT"/grpo/weak-*/; do
+    run=${run%/}; name=$(basename "$run")
+    [[ -f "$run/summary.json" && -d "$run/model" ]] || continue
+    bash scripts/whole_episodes.sh "$run/model" "$W/$name" "$WHOLE_ROWS" "$WHOLE_SALT" || continue
+    seed=${name##*-s}
+    [[ "$name" == weak-scaffold-* ]] && verdict+=(--whole-real "$seed=$W/$name") || verdict+=(--whole-control "$seed=$W/$name")
+    verdict+=(--whole-exclude "$run")
+  done
+  srft memory-report "${verdict[@]}" | tee "$OUT/whole_verdict.txt"
 fi
 # the warm start's own (unconstrained) valid-report rate, T = 1 and 0.7: last, it is the longest measurement
 if has valid && [[ ! -f "$OUT/scan-eval/sft-free.json" ]]; then
