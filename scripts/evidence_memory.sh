@@ -46,7 +46,8 @@
 #
 # Evidence v4 (section 12, issue 40; its rule fixed in RESULTS_memory.md before any of its runs):
 #   RECORD=results/memory-evidence7 SFT_RECORD=results/memory-evidence6/sft-format-b ECHO_HISTORY=policy \
-#   CONSTRAINED= STAGES="restore grpo report primary" bash scripts/evidence_memory.sh runs/evidence7
+#   CONSTRAINED= WHOLE_EXCLUDE="results/memory-evidence6/sft-format results/memory-evidence6/sft-format-b" \
+#   STAGES="restore grpo report primary" bash scripts/evidence_memory.sh runs/evidence7
 # the gate-passing warm start restored from its adapter (section 12.2), GRPO with the model's own prefix and no
 # grammar, then the primary stage: the warm start and every finished checkpoint on WHOLE_ROWS (24) held-out
 # bands (salt WHOLE_SALT, heldout-whole) as whole episodes through the evaluator, served without the grammar,
@@ -70,6 +71,9 @@ GPU=${GPU:-0}; TRAIN_DEVICE=(--threads 1); EVAL_DEVICE=(--threads 2)
 [[ "$GPU" == 1 ]] && TRAIN_DEVICE=(--no-use-cpu --threads 2 --batch-groups) && EVAL_DEVICE=(--device cuda --threads 2)
 RECORD=${RECORD:-results/memory-evidence5}; SFT_RECORD=${SFT_RECORD:-$RECORD/sft}
 WHOLE_ROWS=${WHOLE_ROWS:-24}; WHOLE_SALT=${WHOLE_SALT:-heldout-whole}
+# the SFT runs whose bands (bands.jsonl) the held-out bands must not include: the warm start's, and the stages
+# before it (evidence v4: WHOLE_EXCLUDE="results/memory-evidence6/sft-format results/memory-evidence6/sft-format-b")
+WHOLE_EXCLUDE=${WHOLE_EXCLUDE:-$SFT_RECORD}
 PANEL_SALT=${PANEL_SALT:-heldout-panel}; ECHO_HISTORY=${ECHO_HISTORY:-accumulate}; LEARNER=${LEARNER:-masked}
 SFT_MODEL=${SFT_MODEL:-$OUT/sft/model}
 mkdir -p "$OUT/scan-eval"
@@ -199,6 +203,7 @@ if has primary; then  # evidence v4's primary endpoint (section 12): whole held-
   [[ -s "$W/accumulate/summary.json" ]] || srft eval --model accumulate --prompt weak --memory-mode scaffold \
     --rows "$WHOLE_ROWS" --salt "$WHOLE_SALT" --no-progress --overwrite --out "$W/accumulate" > "$W-accumulate.log" 2>&1
   verdict=(--whole-warm "$W/sft" --whole-perfect "$W/accumulate")
+  for x in $WHOLE_EXCLUDE; do verdict+=(--whole-exclude "$x"); done
   bash scripts/whole_episodes.sh "$SFT_MODEL" "$W/sft" "$WHOLE_ROWS" "$WHOLE_SALT"
   for run in "$OUT"/grpo/weak-*/; do
     run=${run%/}; name=$(basename "$run")

@@ -2,7 +2,8 @@
 
     python scripts/record_runs.py results/memory-evidence runs/evidence/sft1 runs/evidence/grpo/*
 
-Copies config.json, code_revision.json, summary.json, metrics.jsonl, rollouts.jsonl of each run directory,
+Copies config.json, code_revision.json, summary.json, metrics.jsonl, rollouts.jsonl, bands.jsonl (an SFT run's
+bands) of each run directory,
 and for GSM8K card runs eval.jsonl, evaluator.json, items.json and the eval/ predictions (adapter/, model/
 and checkpoints/ stay out: hundreds of MB), refusing a record that names the home folder, the temp folder
 or the folder holding the checkout, so nothing machine-specific is committed.
@@ -37,7 +38,7 @@ from spectrum_rft.training.trl_common import latest_checkpoint  # stdlib only: n
 # tokenizer and chat template come from the run's --model
 CHECKPOINT_FILES = ("adapter_model.safetensors", "adapter_config.json", "optimizer.pt", "scheduler.pt",
                     "rng_state.pth", "trainer_state.json", "training_args.bin")
-FILES = ("config.json", "code_revision.json", "summary.json", "metrics.jsonl", "rollouts.jsonl",
+FILES = ("config.json", "code_revision.json", "summary.json", "metrics.jsonl", "rollouts.jsonl", "bands.jsonl",
          "eval.jsonl", "evaluator.json", "items.json")  # the last three: GSM8K card runs (with eval/*.jsonl)
 
 

@@ -65,6 +65,11 @@ def test_sft_records_a_run_and_moves_lora(sft_run):
         assert 0.0 <= e["valid"] <= 1.0 and 0.0 <= e["score"] <= 1.0
     records = json.loads((sft_run / "scan_eval_T1.json").read_text())["records"]
     assert len(records) == 2 and all(r["completion"] for r in records)
+    # bands.jsonl: the bands it played, which a held-out evaluation proves by fingerprint it does not replay
+    from spectrum_rft.training.spectrum.episode_verdict import seen_fingerprints
+
+    assert len((sft_run / "bands.jsonl").read_text().splitlines()) == 2
+    assert len(seen_fingerprints([sft_run])) == 2 == len(seen_fingerprints([sft_run / "bands.jsonl"]))
     # --save-every 3: the adapter at steps 3 and 6, each kept, so a curve of checkpoints can be evaluated
     saved = sorted((sft_run / "trl").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
     assert [p.name for p in saved] == ["checkpoint-3", "checkpoint-6"]

@@ -115,13 +115,15 @@ def check_unseen(episodes: dict, seen: set[str]) -> None:
 
 
 def seen_fingerprints(paths: Sequence[str | Path]) -> set[str]:
-    """The band fingerprints of training runs (a run folder's ``rollouts.jsonl``, or the file itself) and of
-    dataset files (rows with ``environment_context``: each row's band is rebuilt by its seed rule)."""
+    """The band fingerprints of training runs (a run folder's ``rollouts.jsonl``, or the file itself), of SFT runs
+    (a folder's ``bands.jsonl``) and of dataset files (rows with ``environment_context``: each row's band is
+    rebuilt by its seed rule)."""
     from spectrum_rft.task.environment import env_for_row  # noqa: PLC0415
 
     seen: set[str] = set()
     for p in map(Path, paths):
-        f = p / "rollouts.jsonl" if p.is_dir() else p
+        f = (p / "rollouts.jsonl" if (p / "rollouts.jsonl").is_file() or not (p / "bands.jsonl").is_file()
+             else p / "bands.jsonl") if p.is_dir() else p
         try:
             lines = f.read_text().splitlines()
         except OSError as e:

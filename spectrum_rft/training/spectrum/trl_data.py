@@ -129,8 +129,8 @@ class OwnPrefixSampler:
     every metric compares with is the one the model was shown).
 
     ``rows``: the run's dataset rows (their prompt: the episode's first scan, :func:`grpo_rows`). The prefix
-    costs k-1 greedy replies per prompt per step (each prefilled on its own): on a CPU, about half a step's
-    sampling again for scans drawn uniformly from 1..12 (docs/TRAINING.md)."""
+    costs k-1 greedy replies per prompt per step; ``fast`` (the default, ``train --fast-prefix``) plays them as
+    :meth:`prefixes` says, from the step's shared preamble (:meth:`GroupSampler.preamble`; docs/TRAINING.md)."""
 
     def __init__(self, sampler: Any, rows: list[dict], tokenizer: Any, *, fast: bool = True) -> None:
         self.sampler, self.tokenizer, self.fast = sampler, tokenizer, fast
@@ -166,8 +166,7 @@ class OwnPrefixSampler:
     def __call__(self, prompts: list[list[dict]], trainer: Any) -> dict:
         model = trainer.accelerator.unwrap_model(trainer.model)
         keys = list(dict.fromkeys(prompt_key(p) for p in prompts))
-        missing = [k for k in keys if k not in self.rows]
-        if missing:
+        if any(k not in self.rows for k in keys):
             raise ValueError("OwnPrefixSampler got a prompt that is none of its rows' (built from other rows?)")
         rows = [self.rows[k] for k in keys]
         # one preamble for the step: the plays and the groups' prompts all begin with the system prompt and tools

@@ -20,6 +20,7 @@ report added to the echo), report_size, refusals; the completion's text and pars
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -190,6 +191,20 @@ def _lora(cfg: Common, model):
 # --------------------------------------------------------------------------------------------------
 
 
+def sft_rows(cfg: SftConfig) -> list[dict]:
+    """The rows an SFT run plays (its bands: seeded by ``cfg.salt``)."""
+    return grpo_rows(cfg.rows, prompt=ARMS[cfg.arm].prompt, memory_mode=cfg.mode, preset=cfg.preset,
+                     reward=cfg.reward, salt=cfg.salt, prefix="sft", episode=cfg.episode or None,
+                     echo_history=cfg.echo_history)
+
+
+def write_bands(path: Path, rows: list[dict]) -> None:
+    """``bands.jsonl``: each row's id and environment context (its band, by the seed rule), so a held-out
+    evaluation can prove by fingerprint that it plays none of them (``memory-report --whole-exclude``)."""
+    path.write_text("".join(json.dumps({"id": r["row_id"], "environment_context": r["environment_context"]}) + "\n"
+                            for r in rows))
+
+
 def run_sft(cfg: SftConfig) -> dict:
     out, model_dir, _ = _setup(cfg)
     if cfg.from_adapter:
@@ -202,9 +217,11 @@ def run_sft(cfg: SftConfig) -> dict:
     from datasets import Dataset  # noqa: PLC0415
     from trl import SFTConfig, SFTTrainer  # noqa: PLC0415
 
-    rows = grpo_rows(cfg.rows, prompt=ARMS[cfg.arm].prompt, memory_mode=cfg.mode, preset=cfg.preset,
-                     reward=cfg.reward, salt=cfg.salt, prefix="sft", episode=cfg.episode or None,
-                     echo_history=cfg.echo_history)
+    from accelerate import PartialState  # noqa: PLC0415
+
+    rows = sft_rows(cfg)
+    if PartialState().is_main_process:
+        write_bands(out / "bands.jsonl", rows)
     convs = [sft_conversation(r, cfg.target_policy) for r in rows]
     scores = [c.pop("score") for c in convs]
     for c in convs:
