@@ -138,25 +138,33 @@ def test_memory_report_prints_the_whole_episode_verdict(tmp_path, capsys):
 
 
 def test_the_power_check_says_what_the_rule_can_detect_before_any_run(tmp_path, capsys):
-    """``memory-report --whole-warm W --whole-perfect P`` (issue 40 item 5): from the warm start's band-to-band
-    SD, SE(u) ~ sqrt(2) SD / sqrt(bands), the u found > 2 SE with 80 % power is 2.84 SE, against what perfect
-    use earns over the warm start on the same bands; more bands shrink it, a constant shift does not move it."""
+    """``memory-report --whole-warm W --whole-perfect P`` (issue 40 item 5): a checkpoint that realises a share f
+    of perfect use is found (u > 2 SE with 80 % power) from the f where f x allowed = 2.84 SE(u), SE(u)^2 =
+    (f^2 sd(p - w)^2 + 2 sd(w)^2) / bands; a constant shift of the warm start moves nothing but what is allowed;
+    more bands find a smaller share."""
+    gain = 0.3 + rng.normal(0, 0.1, 24)
     w = eval_dir(tmp_path / "warm", list(WARM))
-    p = eval_dir(tmp_path / "perfect", list(WARM + 0.3))
+    p = eval_dir(tmp_path / "perfect", list(WARM + gain))
     pc = V.power_check(V.load_episodes(w), V.load_episodes(p))
-    sd = float(np.std(WARM, ddof=1))
-    assert pc["bands"] == 24 and pc["warm_sd"] == pytest.approx(sd)
-    assert pc["se_u"] == pytest.approx(np.sqrt(2) * sd / np.sqrt(24))
-    assert pc["detectable_u"] == pytest.approx(2.84 * pc["se_u"]) and pc["allowed"] == pytest.approx(0.3)
-    assert pc["detectable_share"] == pytest.approx(pc["detectable_u"] / 0.3)
-    # the band count that would detect a tenth of the allowed effect does so by the same formula
-    need = pc["bands_for_a_tenth"]
-    assert 2.84 * np.sqrt(2) * sd / np.sqrt(need) <= 0.03 < 2.84 * np.sqrt(2) * sd / np.sqrt(need - 1)
+    sd_w, sd_pw = float(np.std(WARM, ddof=1)), float(np.std(gain, ddof=1))
+    assert pc["bands"] == 24 and pc["warm_sd"] == pytest.approx(sd_w) and pc["perfect_sd"] == pytest.approx(sd_pw)
+    f, allowed = pc["detectable_share"], pc["allowed"]
+    assert allowed == pytest.approx(gain.mean())
+    se = np.sqrt(f ** 2 * sd_pw ** 2 + 2 * sd_w ** 2) / np.sqrt(24)
+    assert f * allowed == pytest.approx(2.84 * se) and pc["se_u_at_share"] == pytest.approx(se)
+    need = pc["bands_for_a_tenth"]  # the bands at which f = 0.1 is just found
+    assert 0.1 * allowed >= 2.84 * np.sqrt((0.01 * sd_pw ** 2 + 2 * sd_w ** 2) / need)
+    assert 0.1 * allowed < 2.84 * np.sqrt((0.01 * sd_pw ** 2 + 2 * sd_w ** 2) / (need - 1))
     shifted = V.power_check(V.load_episodes(eval_dir(tmp_path / "warm2", list(WARM + 0.1))), V.load_episodes(p))
-    assert shifted["se_u"] == pytest.approx(pc["se_u"]) and shifted["allowed"] == pytest.approx(0.2)
+    assert shifted["warm_sd"] == pytest.approx(sd_w) and shifted["allowed"] == pytest.approx(allowed - 0.1)
+    more = V.power_check(V.load_episodes(eval_dir(tmp_path / "w96", list(np.tile(WARM, 4)), prefix="m")),
+                         V.load_episodes(eval_dir(tmp_path / "p96", list(np.tile(WARM + gain, 4)), prefix="m")))
+    assert more["detectable_share"] < f
     assert M.main(["--whole-warm", w, "--whole-perfect", p]) == 0
     out = capsys.readouterr().out
-    assert "power check (before any run): 24 bands" in out and "the rule detects" in out
+    assert "power check (before any run): 24 bands" in out and "is found (u > 2 SE, 80 % power) from f =" in out
+    noise = V.power_check(V.load_episodes(w), V.load_episodes(eval_dir(tmp_path / "noise", list(WARM + rng.normal(0, 1, 24)))))
+    assert noise["detectable_share"] is None or noise["detectable_share"] > f
     other = eval_dir(tmp_path / "elsewhere", list(WARM[:20]), prefix="other")
     assert M.main(["--whole-warm", w, "--whole-perfect", other]) == 2
     assert "bands differ" in capsys.readouterr().err

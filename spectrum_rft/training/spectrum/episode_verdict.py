@@ -186,34 +186,43 @@ def whole_verdict(warm: dict, real: dict[int, dict], control: dict[int, dict]) -
 def power_check(warm: dict, perfect: dict) -> dict:
     """What the rule can detect on these bands, before any run (issue 40 item 5). ``warm``: the warm start's whole
     episodes; ``perfect``: perfect use of the echo on the same bands (the ``accumulate`` policy through the same
-    evaluator). A checkpoint whose per-band metric spreads as the warm start's does, independently of it, gives
-    per-band differences u_b of SD sqrt(2) sd(warm), so SE(u) ~ sqrt(2) sd(warm) / sqrt(bands) (conservative: a
-    checkpoint that keeps the warm start's band-to-band pattern shrinks it). Seeds average only their own noise,
-    not the bands': more seeds cannot buy back a band term; more bands can. The smallest u the rule finds
-    (> 2 SE) four times in five is (2 + :data:`Z_POWER`) SE; ``allowed`` is perfect use minus the warm start."""
+    evaluator); ``allowed`` = the mean over bands of perfect - warm.
+
+    The model: a checkpoint that realises a share f of perfect use gains u_b = f (perfect_b - warm_b) + e_b on band
+    b, with e_b the band-level noise of a second model's episodes, of the warm start's band-to-band SD (sd_w) and
+    independent of it. So SD(u_b)^2 = f^2 sd_pw^2 + 2 sd_w^2 (sd_pw: the band-to-band SD of perfect - warm) and
+    SE(u) = SD(u_b) / sqrt(bands); the rule finds u > 2 SE four times in five when f allowed >= (2 + Z_POWER) SE.
+    ``detectable_share`` is the smallest such f, ``detectable_u`` = f allowed, ``bands_for_a_tenth`` the bands
+    f = 0.1 needs. Seed-to-seed noise of the checkpoints is not in it (nothing has been trained yet): averaging
+    the seeds shrinks it; the band terms only more bands shrink."""
     bands = _common_bands([warm, perfect])
     w = np.array([warm["bands"][b][METRIC] for b in bands], dtype=float)
     p = np.array([perfect["bands"][b][METRIC] for b in bands], dtype=float)
     if len(bands) < 2:
         raise VerdictInputError(f"{warm['name']}: {len(bands)} band(s); a band-to-band SD needs at least 2")
-    sd = float(w.std(ddof=1))
-    se_u = float(np.sqrt(2.0) * sd / np.sqrt(len(bands)))
-    allowed = float((p - w).mean())
-    mde = (2 + Z_POWER) * se_u
-    return {"bands": len(bands), "metric": METRIC, "warm_mean": float(w.mean()), "warm_sd": sd, "se_u": se_u,
-            "detectable_u": mde, "allowed": allowed, "detectable_share": mde / allowed if allowed > 0 else None,
-            "bands_for_a_tenth": (int(np.ceil(2 * ((2 + Z_POWER) * sd / (0.1 * allowed)) ** 2))
+    n, z = len(bands), 2 + Z_POWER
+    sd_w, sd_pw, allowed = float(w.std(ddof=1)), float((p - w).std(ddof=1)), float((p - w).mean())
+    room = allowed ** 2 - z ** 2 * sd_pw ** 2 / n  # > 0: perfect use itself is found on these bands
+    share = z * np.sqrt(2 / n) * sd_w / np.sqrt(room) if allowed > 0 and room > 0 else None
+    return {"bands": n, "metric": METRIC, "warm_mean": float(w.mean()), "warm_sd": sd_w, "perfect_sd": sd_pw,
+            "allowed": allowed, "detectable_share": float(share) if share is not None else None,
+            "detectable_u": float(share * allowed) if share is not None else None,
+            "se_u_at_share": float(np.sqrt((share * sd_pw) ** 2 + 2 * sd_w ** 2) / np.sqrt(n)) if share is not None else None,
+            "bands_for_a_tenth": (int(np.ceil(z ** 2 * (2 * sd_w ** 2 + 0.01 * sd_pw ** 2) / (0.01 * allowed ** 2)))
                                   if allowed > 0 else None)}
 
 
 def format_power(pc: dict) -> list[str]:
-    share = f"{pc['detectable_share']:.0%} of it" if pc["detectable_share"] is not None else "perfect use earns nothing here"
-    return [f"power check (before any run): {pc['bands']} bands, warm start {pc['metric']} {pc['warm_mean']:+.4f} "
-            f"(band-to-band SD {pc['warm_sd']:.4f})",
-            f"  SE(u) ~ sqrt(2) x SD / sqrt(bands) = {pc['se_u']:.4f}; found > 2 SE with 80 % power: u >= "
-            f"{pc['detectable_u']:.4f}",
-            f"  perfect use of the echo earns {pc['allowed']:+.4f} over the warm start on these bands: the rule detects "
-            f"{share}" + (f"; a tenth of it needs ~{pc['bands_for_a_tenth']} bands" if pc["bands_for_a_tenth"] else "")]
+    lines = [f"power check (before any run): {pc['bands']} bands; warm start {pc['metric']} {pc['warm_mean']:+.4f} "
+             f"(band-to-band SD {pc['warm_sd']:.4f}); perfect use earns {pc['allowed']:+.4f} over it (SD {pc['perfect_sd']:.4f})"]
+    if pc["detectable_share"] is None:
+        lines.append("  the rule cannot find even perfect use on these bands: more bands")
+        return lines
+    lines += [f"  a checkpoint realising a share f of perfect use is found (u > 2 SE, 80 % power) from f = "
+              f"{pc['detectable_share']:.3f}: u >= {pc['detectable_u']:.4f} (SE {pc['se_u_at_share']:.4f}); "
+              f"f = 0.1 needs ~{pc['bands_for_a_tenth']} bands",
+              "  (seed-to-seed noise not counted: unknown before any run; the seeds' mean shrinks it)"]
+    return lines
 
 
 def by_seed(specs: Sequence[str], flag: str, load: Callable[[str], dict], example: str) -> dict[int, dict]:
