@@ -55,6 +55,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from spectrum_rft.training import loss as L
 from spectrum_rft.training.sc_options import check_loss_options
+from spectrum_rft.training.trl_common import kv_cache_arg, kv_cache_of
 
 SamplerFn = Callable[[Any, torch.Tensor, torch.Tensor, int], torch.Tensor]
 MasksFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -90,14 +91,14 @@ def completion_logits(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
         if len(prompt) < 1:
             raise ValueError("an empty prompt has no position to predict the first completion token from")
         pre = model(input_ids=torch.tensor([prompt], device=prompt_ids.device), use_cache=True, logits_to_keep=1)
-        cache = pre.cache
+        cache = kv_cache_of(pre)
         cache.batch_repeat_interleave(len(rows))
         first = pre.logits[:, -1:].expand(len(rows), -1, -1)  # predicts completion token 0
         ran += len(prompt)
         if T > 1:
             c = completion_ids[rows, :-1]
             mask = torch.ones(len(rows), len(prompt) + T - 1, dtype=prompt_mask.dtype, device=prompt_mask.device)
-            rest = model(input_ids=c, attention_mask=mask, cache=cache, use_cache=True).logits
+            rest = model(input_ids=c, attention_mask=mask, use_cache=True, **{kv_cache_arg(model): cache}).logits
             parts.append(torch.cat([first, rest], dim=1))
             ran += int(completion_mask[rows, :-1].sum())
         else:

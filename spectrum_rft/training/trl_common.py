@@ -372,6 +372,18 @@ def merge_adapter(model_dir: Path | str, adapter: Path | str, out: Path) -> None
     load_tokenizer(Path(model_dir)).save_pretrained(out / "model")
 
 
+def kv_cache_arg(model) -> str:
+    """The name of a causal LM's KV-cache argument: ``cache`` (transformers 5.24 on; ``past_key_values``, its
+    earlier name, is deprecated there) or ``past_key_values`` (earlier releases, e.g. the vLLM venv's 5.19)."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def kv_cache_of(output):
+    """The KV cache a forward returned (``output.cache``, or ``output.past_key_values`` before 5.24)."""
+    cache = getattr(output, "cache", None)
+    return cache if cache is not None else output.past_key_values
+
+
 def load_model(model_dir: Path | str):
     """The checkpoint in float32, loaded without transformers' progress bar (a command's lines say what it does)."""
     import torch  # noqa: PLC0415

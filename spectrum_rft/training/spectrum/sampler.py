@@ -42,6 +42,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from spectrum_rft.training.trl_common import kv_cache_arg, kv_cache_of
+
 TOOL_CALL_OPEN = "<tool_call>\n"  # how trl's chatml tool template (qwen2_5_chat_template) opens a call ...
 TOOL_CALL_CLOSE = "\n</tool_call>"  # ... and closes it
 
@@ -277,8 +279,8 @@ class GroupSampler:
             return
         tokens = list(first[:common])
         with torch.no_grad():
-            cache = model(input_ids=torch.tensor([tokens], device=next(model.parameters()).device), use_cache=True,
-                          logits_to_keep=1).cache
+            cache = kv_cache_of(model(input_ids=torch.tensor([tokens], device=next(model.parameters()).device),
+                                      use_cache=True, logits_to_keep=1))
         self.stats.prefill_tokens += common
         self._preamble = (tokens, cache)
         try:
@@ -303,8 +305,8 @@ class GroupSampler:
             return
         tokens = list(prompt_ids[:common])
         with torch.no_grad():
-            cache = model(input_ids=torch.tensor([tokens], device=next(model.parameters()).device), use_cache=True,
-                          logits_to_keep=1).cache
+            cache = kv_cache_of(model(input_ids=torch.tensor([tokens], device=next(model.parameters()).device),
+                                      use_cache=True, logits_to_keep=1))
         self._preamble = (tokens, cache)
 
     def _reused(self, prompts_ids: Sequence[Sequence[int]]) -> tuple[int, Any]:
@@ -330,8 +332,8 @@ class GroupSampler:
 
         n, cache = self._reused([ids])
         self.stats.prefill_tokens += len(ids) - n
-        return model(input_ids=torch.tensor([ids[n:]], device=next(model.parameters()).device), cache=cache,
-                     use_cache=True, logits_to_keep=1).cache
+        return kv_cache_of(model(input_ids=torch.tensor([ids[n:]], device=next(model.parameters()).device),
+                                 use_cache=True, logits_to_keep=1, **{kv_cache_arg(model): cache}))
 
     def greedy(self, model: Any, prompt_ids: list[int]) -> list[int]:
         """One greedy completion of one prompt (the own prefix's plays), decoded with drafts: the tokens that
@@ -351,7 +353,8 @@ class GroupSampler:
             cache = self._prefill(model, list(prompt_ids[:-1]))
             while len(out) < self.max_new_tokens:
                 draft = _lookup(context + out, self._reference, min(DRAFT, self.max_new_tokens - len(out) - 1))
-                logits = model(input_ids=torch.tensor([[last, *draft]], device=device), cache=cache, use_cache=True).logits
+                logits = model(input_ids=torch.tensor([[last, *draft]], device=device), use_cache=True,
+                               **{kv_cache_arg(model): cache}).logits
                 best = logits[0].argmax(-1).tolist()
                 n = next((i for i, t in enumerate(draft) if best[i] != t), len(draft))
                 if n < len(draft):
@@ -401,7 +404,7 @@ class GroupSampler:
             cache.batch_repeat_interleave(len(own))
             positions = (mask.cumsum(-1) - 1).clamp(min=0)  # the padding takes no position
             model(input_ids=ids[:, shared:-1], attention_mask=mask[:, :-1], position_ids=positions[:, shared:-1],
-                  cache=cache, use_cache=True, logits_to_keep=1)
+                  use_cache=True, logits_to_keep=1, **{kv_cache_arg(model): cache})
             if n > 1:
                 cache.batch_repeat_interleave(n)
                 ids, mask = ids.repeat_interleave(n, dim=0), mask.repeat_interleave(n, dim=0)
@@ -440,7 +443,7 @@ class GroupSampler:
         config = GenerationConfig(**sampling, max_new_tokens=self.max_new_tokens, eos_token_id=self.stop_ids,
                                   pad_token_id=self.tokenizer.pad_token_id, output_scores=True,
                                   return_dict_in_generate=True)
-        extra = {"cache": cache} if cache is not None else {}
+        extra = {kv_cache_arg(model): cache} if cache is not None else {}
         return model.generate(input_ids=ids, attention_mask=mask, generation_config=config, logits_processor=processors,
                               **extra)
 
