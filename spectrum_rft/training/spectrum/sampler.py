@@ -163,6 +163,12 @@ class GrammarMasks:
         return bits.reshape(n, -1)[:, :self.vocab_size].bool()
 
 
+def _shared_length(seqs: Sequence[Sequence[int]], limit: int) -> int:
+    """How many leading tokens every one of ``seqs`` has in common, at most ``limit``."""
+    first = seqs[0]
+    return next((i for i in range(max(limit, 0)) if any(s[i] != first[i] for s in seqs[1:])), max(limit, 0))
+
+
 def _lookup(tokens: list[int], reference: list[int], k: int, longest: int = 3) -> list[int]:
     """Up to ``k`` tokens that followed, in ``reference``, the latest occurrence of the longest tail of
     ``tokens`` (``longest`` tokens down to one) found there; [] when none is."""
@@ -266,23 +272,13 @@ class GroupSampler:
         :meth:`sample_each` start each prefill from a copy of its KV cache. Nested, the outer one stays (one step,
         one model); off with ``share_preamble=False`` or fewer than two distinct prompts. The model must not
         change inside (a training step's sampling: the optimiser steps after)."""
-        import torch  # noqa: PLC0415
-
-        distinct = {tuple(p) for p in prompts_ids}
+        distinct = [list(p) for p in {tuple(p) for p in prompts_ids}]
         if self._preamble is not None or not self.share_preamble or len(distinct) < 2:
             yield
             return
-        first = min(distinct, key=len)
-        common = next((i for i in range(len(first) - 1) if any(p[i] != first[i] for p in distinct)), len(first) - 1)
-        if common < MIN_PREAMBLE:
+        if not self._hold(model, distinct[0], _shared_length(distinct, len(min(distinct, key=len)) - 1)):
             yield
             return
-        tokens = list(first[:common])
-        with torch.no_grad():
-            cache = kv_cache_of(model(input_ids=torch.tensor([tokens], device=next(model.parameters()).device),
-                                      use_cache=True, logits_to_keep=1))
-        self.stats.prefill_tokens += common
-        self._preamble = (tokens, cache)
         try:
             yield
         finally:
@@ -292,22 +288,25 @@ class GroupSampler:
         """For a model that does not change (a server: ``serve-hf``): the prefix this prompt shares with the one
         before becomes the preamble, prefilled once and kept while later prompts begin with it (an evaluation's
         requests share the system prompt and the tools), so each request's prefill runs its own part only."""
-        import torch  # noqa: PLC0415
-
         last, self._last_prompt = self._last_prompt, list(prompt_ids)
         if self._preamble is not None and list(prompt_ids[:len(self._preamble[0])]) == self._preamble[0]:
             return
-        if last is None:
-            return
-        n = min(len(last), len(prompt_ids) - 2)
-        common = next((i for i in range(n) if last[i] != prompt_ids[i]), n)
-        if common < MIN_PREAMBLE:
-            return
-        tokens = list(prompt_ids[:common])
+        if last is not None:
+            self._hold(model, prompt_ids, _shared_length([last, prompt_ids], min(len(last), len(prompt_ids) - 2)))
+
+    def _hold(self, model: Any, prompt_ids: Sequence[int], length: int) -> bool:
+        """The first ``length`` tokens of ``prompt_ids`` prefilled as the preamble (none under :data:`MIN_PREAMBLE`)."""
+        import torch  # noqa: PLC0415
+
+        if length < MIN_PREAMBLE:
+            return False
+        tokens = list(prompt_ids[:length])
         with torch.no_grad():
             cache = kv_cache_of(model(input_ids=torch.tensor([tokens], device=next(model.parameters()).device),
                                       use_cache=True, logits_to_keep=1))
+        self.stats.prefill_tokens += length
         self._preamble = (tokens, cache)
+        return True
 
     def _reused(self, prompts_ids: Sequence[Sequence[int]]) -> tuple[int, Any]:
         """How many leading tokens of every prompt in ``prompts_ids`` the active preamble holds (leaving each
@@ -316,9 +315,7 @@ class GroupSampler:
         if self._preamble is None:
             return 0, None
         tokens, cache = self._preamble
-        n = min(len(tokens), *(len(p) - 2 for p in prompts_ids))
-        for p in prompts_ids:
-            n = next((i for i in range(n) if p[i] != tokens[i]), n)
+        n = _shared_length([tokens, *prompts_ids], min(len(tokens), *(len(p) - 2 for p in prompts_ids)))
         if n < MIN_PREAMBLE:
             return 0, None
         cache = copy.deepcopy(cache)
