@@ -159,10 +159,6 @@ class OwnPrefixSampler:
                 reports[i].append(call["arguments"] if call is not None and isinstance(call["arguments"], dict) else None)
         return reports
 
-    def prefix(self, model: Any, row: dict) -> list[dict | None]:
-        """One row's prefix (:meth:`prefixes`)."""
-        return self.prefixes(model, [row])[0]
-
     def __call__(self, prompts: list[list[dict]], trainer: Any) -> dict:
         model = trainer.accelerator.unwrap_model(trainer.model)
         keys = list(dict.fromkeys(prompt_key(p) for p in prompts))
