@@ -511,6 +511,24 @@ def test_a_stopped_run_keeps_its_finished_runs_and_resume_plays_the_rest(how, tm
     assert (out / b9.PLOT_FILE).read_bytes()[:4] == b"\x89PNG"
 
 
+def test_a_stop_between_a_runs_append_and_its_bookkeeping_counts_what_is_on_disk(tmp_path, monkeypatch, capsys):
+    """The stop line counts the runs --resume will keep, also when the signal lands after a run's line reached the
+    disk and before the command noted it (CI once saw "0 finished runs" beside a runs.jsonl holding one)."""
+    real_add = b9.RunStore.add
+
+    def add_then_stopped(self, system, run, played):
+        real_add(self, system, run, played)
+        del self.runs[(system, run)]  # the window: the run's line on disk, the command's note of it not yet made
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(b9.RunStore, "add", add_then_stopped)
+    out = tmp_path / "b90"
+    assert b9.main(["--model", "spectrum/accumulate", "--runs", "2", "--no-gain", "--out", str(out), "--quiet"]) == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(
+        f"spectrum-rft bench90: interrupted; 1 finished runs are kept in {out / b9.RUNS_FILE}")
+    assert [run for _, run in _kept_runs(out / b9.RUNS_FILE)] == [0]
+
+
 def test_out_folder_rules(tmp_path, capsys):
     """--out: each run (both systems) written, a summary and a plot; a folder holding runs is never replaced
     silently; --resume with other settings is refused in one line; a resume with nothing left plays nothing and

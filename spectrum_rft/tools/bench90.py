@@ -497,13 +497,14 @@ class RunStore:
             if diff:
                 raise ValueError(f"--resume: the runs in {out} were played with other settings: {'; '.join(diff)}; "
                                  "give the same flags, or another --out")
-            self.runs = self._load()
+            self.runs = self.on_disk()
         else:
             for name in (RUNS_FILE, "summary.json", PLOT_FILE):
                 (out / name).unlink(missing_ok=True)
         write_atomic(out / SETTINGS_FILE, json.dumps(settings, indent=2) + "\n")
 
-    def _load(self) -> dict[tuple[str, int], PlayedRun]:
+    def on_disk(self) -> dict[tuple[str, int], PlayedRun]:
+        """The whole runs :data:`RUNS_FILE` holds (what ``--resume`` keeps; a line cut short by a kill is not one)."""
         runs: dict[tuple[str, int], PlayedRun] = {}
         if not self.path.exists():
             return runs
@@ -702,7 +703,9 @@ def _main(argv: list[str] | None) -> int:
             result["errors"] += [f"stateless: {e}" for e in stateless["errors"]]
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM/SIGHUP (runner.Stop): every finished run is on disk
         sig = getattr(e, "signal", None)
-        kept = "" if store is None else (f"; {len(store.runs)} finished runs are kept in {out / RUNS_FILE}, the same "
+        # counted on disk, not in memory: a signal between a run's append and its entry in store.runs must not
+        # make the line say one run fewer than --resume will keep
+        kept = "" if store is None else (f"; {len(store.on_disk())} finished runs are kept in {out / RUNS_FILE}, the same "
                                          "command with --resume plays the rest")
         print(f"spectrum-rft bench90: {f'stopped by {sig}' if sig else 'interrupted'}{kept or '; nothing kept (no --out)'}",
               file=sys.stderr)
