@@ -38,7 +38,10 @@
 # runs not yet finished go on from their recorded checkpoint, or start afresh (same rows, same seed), and the
 # panel's recorded scans (RECORD/panel/heldout-*.json) are not scanned again. Record a finished run with
 # `python scripts/record_runs.py --with-adapter RECORD OUT/grpo/RUN`, one stopped before its end (a machine
-# about to go) with `... --with-checkpoint RECORD OUT/grpo/RUN` (~16 MB: its newest checkpoint).
+# about to go) with `... --with-checkpoint RECORD OUT/grpo/RUN` (~16 MB: its newest checkpoint). Evidence v4
+# records its finished runs without adapters once their whole-episode evals are recorded (`cp -r
+# OUT/whole-SALT/NAME OUT/whole-SALT/NAME.json RECORD/whole-SALT/`): restore brings both back, and the primary
+# stage plays only the checkpoints whose eval is missing (a finished run recorded before its eval: --with-adapter).
 # Commands run as `python -m spectrum_rft` from the checkout the script sits in: run it from a worktree of
 # its own, and later edits of another checkout cannot change a running job.
 # The last round's design (section 8) is this script with SEEDS="0 1" STEPS=20 PROMPTS=1 GROUP=6
@@ -91,8 +94,11 @@ if has restore && [[ -f "$SFT_RECORD/adapter/adapter_model.safetensors" ]]; then
   for rec in "$RECORD"/weak-*/; do
     run="$OUT/grpo/$(basename "$rec")"
     [[ -f "$run/summary.json" ]] && continue
-    if [[ -f "$rec/summary.json" && -f "$rec/adapter/adapter_model.safetensors" ]]; then  # a finished run
-      srft sft --model "$SFT_MODEL" --from-adapter "$rec/adapter" --overwrite --out "$run" > "$run.restore.log" 2>&1
+    if [[ -f "$rec/summary.json" ]]; then  # a finished run: its model rebuilt when its adapter was recorded
+      if [[ -f "$rec/adapter/adapter_model.safetensors" ]]; then
+        srft sft --model "$SFT_MODEL" --from-adapter "$rec/adapter" --overwrite --out "$run" > "$run.restore.log" 2>&1
+      fi  # recorded without it (evidence v4): its whole-episode eval is in the record (below)
+      mkdir -p "$run"
       for f in config.json code_revision.json metrics.jsonl rollouts.jsonl summary.json; do cp "$rec/$f" "$run/$f"; done
       continue
     fi
@@ -104,6 +110,13 @@ if has restore && [[ -f "$SFT_RECORD/adapter/adapter_model.safetensors" ]]; then
     (( ${have:-0} >= step )) && continue
     mkdir -p "$run/trl" && cp -r "$rec/checkpoint-$step" "$run/trl/"
     for f in config.json code_revision.json metrics.jsonl rollouts.jsonl; do cp "$rec/$f" "$run/$f"; done
+  done
+  # the primary stage's finished whole-episode evals (RECORD/whole-SALT/NAME/ and NAME.json): not played again
+  for f in "$RECORD"/whole-*/*.json; do
+    [[ -f "$f" ]] || continue
+    d="$OUT/$(basename "$(dirname "$f")")"; name=$(basename "$f" .json)
+    [[ -s "$d/$name.json" ]] && continue
+    mkdir -p "$d" && cp -r "${f%.json}" "$d/" && cp "$f" "$d/"
   done
   # the panel's finished scans (RECORD/panel, as recorded after the panel stage): not scanned again
   for f in "$RECORD"/panel/heldout-*.json; do
@@ -207,7 +220,11 @@ if has primary; then  # evidence v4's primary endpoint (section 12): whole held-
   bash scripts/whole_episodes.sh "$SFT_MODEL" "$W/sft" "$WHOLE_ROWS" "$WHOLE_SALT"
   for run in "$OUT"/grpo/weak-*/; do
     run=${run%/}; name=$(basename "$run")
-    [[ -f "$run/summary.json" && -d "$run/model" ]] || continue
+    [[ -f "$run/summary.json" ]] || continue
+    if [[ ! -d "$run/model" && ! -s "$W/$name.json" ]]; then
+      echo "$name: finished, but neither its model nor its whole-episode eval is here (record it --with-adapter)" >&2
+      continue
+    fi
     bash scripts/whole_episodes.sh "$run/model" "$W/$name" "$WHOLE_ROWS" "$WHOLE_SALT" || continue
     seed=${name##*-s}
     [[ "$name" == weak-scaffold-* ]] && verdict+=(--whole-real "$seed=$W/$name") || verdict+=(--whole-control "$seed=$W/$name")
