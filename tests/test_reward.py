@@ -48,7 +48,8 @@ def test_merge_clip_complement_cases():
 
 
 def test_episode_metrics_halves_and_gain():
-    recs = [sr.ScanRecord(i + 1, r, r, 0.5, False, 1, 0, 0, 0, 0) for i, r in enumerate([0.1, 0.2, 0.3, 0.5, 0.7])]
+    recs = [sr.ScanRecord(scan=i + 1, reward=r, occ=r, avail=0.5, skipped=False, report_size=1, dormant_eligible=0,
+                          dormant_covered=0, carry_prev=0, carry_kept=0) for i, r in enumerate([0.1, 0.2, 0.3, 0.5, 0.7])]
     m = sr.episode_metrics(recs)
     assert m["early_mean"] == pytest.approx(0.15) and m["late_mean"] == pytest.approx(0.6)
     assert m["memory_gain"] == pytest.approx(0.45)

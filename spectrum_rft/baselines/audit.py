@@ -19,6 +19,7 @@ from spectrum_rft.rollouts.episode import InProcessEpisode
 from spectrum_rft.task.config import EnvConfig
 from spectrum_rft.task.environment import SpectrumEnv
 from spectrum_rft.task.presets import get_preset
+from spectrum_rft.task.reward import reward_of
 from spectrum_rft.task.seeding import seed_for_row
 
 
@@ -94,19 +95,16 @@ def audit(preset: str, reward: str, episodes: int, policies: Sequence[str] | Non
             "best_memory_free": best_free, "padding": padding}
 
 
-# The bars of audit_checks: a memory-free policy may not beat memoryless by more than FREE_BAR (the aim is
-# FREE_AIM), accumulation must beat it by MEMORY_BAR.
-FREE_BAR, FREE_AIM, MEMORY_BAR = 1.25, 1.05, 3.0
-
-
 def audit_checks(result: dict) -> list[tuple[str, bool]]:
-    """The acceptance checks of the reward audit, as (description, passed) lines."""
+    """The acceptance checks of the reward audit, as (description, passed) lines, against the bars the reward
+    itself sets (:class:`~spectrum_rft.task.reward.AuditBars`)."""
+    bars = reward_of(result["reward"]).audit
     pol = result["policies"]
     ml = pol["memoryless"]["score"]
     checks = [
-        (f"memoryless <= 0.2 ({ml:.3f})", ml <= 0.2),
-        (f"accumulate >= {MEMORY_BAR:g} x memoryless ({pol['accumulate']['score']:.3f} vs {MEMORY_BAR * ml:.3f})",
-         pol["accumulate"]["score"] >= MEMORY_BAR * ml),
+        (f"memoryless <= {bars.memoryless_max:g} ({ml:.3f})", ml <= bars.memoryless_max),
+        (f"accumulate >= {bars.memory_bar:g} x memoryless ({pol['accumulate']['score']:.3f} vs "
+         f"{bars.memory_bar * ml:.3f})", pol["accumulate"]["score"] >= bars.memory_bar * ml),
         (f"oracle = 1.0 ({pol['oracle']['score']:.4f})", abs(pol["oracle"]["score"] - 1.0) < 1e-9),
         (f"|memory_gain(memoryless)| <= 0.01 ({pol['memoryless']['memory_gain']:+.4f})",
          abs(pol["memoryless"]["memory_gain"]) <= 0.01),
@@ -115,9 +113,9 @@ def audit_checks(result: dict) -> list[tuple[str, bool]]:
     if best:
         b = pol[best]["score"]
         ratio = b / ml if ml else float("inf")
-        aim = "within" if ratio <= FREE_AIM else "above"
-        checks.append((f"every memory-free policy <= {FREE_BAR:g} x memoryless (best: {best} {b:.3f} = {ratio:.2f}x, "
-                       f"{aim} the {FREE_AIM:g}x aim)", b <= FREE_BAR * ml))
+        aim = "within" if ratio <= bars.free_aim else "above"
+        checks.append((f"every memory-free policy <= {bars.free_bar:g} x memoryless (best: {best} {b:.3f} = "
+                       f"{ratio:.2f}x, {aim} the {bars.free_aim:g}x aim)", b <= bars.free_bar * ml))
     pads = result.get("padding") or {}
     if pads:
         worst = max(pads, key=lambda k: pads[k]["diff"] - pads[k]["se"])

@@ -9,7 +9,7 @@ from typing import Any
 from spectrum_rft.task.memory import MEMORY_MODES, MemoryMode
 from spectrum_rft.task.memory import memory_mode as get_memory_mode
 from spectrum_rft.task.presets import resolve_preset
-from spectrum_rft.task.reward import resolve_reward
+from spectrum_rft.task.reward import Reward, resolve_reward, reward_of
 
 __all__ = ["MEMORY_MODES", "PROMPT_VARIANTS", "EnvConfig"]
 PROMPT_VARIANTS: tuple[str, ...] = ("explicit", "weak", "notepad-vague", "notepad-explicit")
@@ -46,6 +46,11 @@ class EnvConfig:
     def memory(self) -> MemoryMode:
         """The memory mode itself (:mod:`spectrum_rft.task.memory`)."""
         return get_memory_mode(self.memory_mode)
+
+    @property
+    def reward_def(self) -> Reward:
+        """The reward itself (:mod:`spectrum_rft.task.reward`): its scoring function, prompt sentence, audit bars."""
+        return reward_of(self.reward)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> "EnvConfig":

@@ -373,9 +373,11 @@ class SpectrumEnv:
         records = list(s.records)
         if len(records) < self.n_scans:
             empty = sr.score_scan([], s.truth_merged, s.episode.band, centres=[], truth=s.truth_intervals)
+            nothing = self.config.reward_def.score(empty)
             records += [
-                sr.ScanRecord(i + 1, empty.reward(self.config.reward), empty.occ, empty.avail, True, 0, 0, 0, 0, 0,
-                              match=empty.match, current_part=empty.reward(self.config.reward))
+                sr.ScanRecord(scan=i + 1, reward=nothing, occ=empty.occ, avail=empty.avail, skipped=True, report_size=0,
+                              dormant_eligible=0, dormant_covered=0, carry_prev=0, carry_kept=0, match=empty.match,
+                              current_part=nothing)
                 for i in range(len(records), self.n_scans)
             ]
         m = sr.episode_metrics(records)
@@ -416,7 +418,7 @@ class SpectrumEnv:
         ep = s.episode
         report = sr.report_intervals(centres, widths, ep.band)
         sc = sr.score_scan(report, s.truth_merged, ep.band, centres=centres, truth=s.truth_intervals)
-        reward = sc.reward(self.config.reward)
+        reward = self.config.reward_def.score(sc)
         scan = ep.scans[s.scan]
         current_part = self._current_part(scan, centres, widths, reward)
         dormant_seen = s.seen.difference(scan.active)
@@ -432,9 +434,10 @@ class SpectrumEnv:
         added = sum(1 for c in now if _near(peaks, c, self._half_width()) and not _near(echoed, c, self.config.carry_tolerance))
         kept_beyond = sum(1 for e in echo if _near(now, e, self.config.carry_tolerance) and not _near(peaks, e, self._half_width()))
         s.records.append(
-            sr.ScanRecord(s.scan + 1, reward, sc.occ, sc.avail, skipped, len(centres), len(dormant_seen), covered,
-                          len(s.prev_report), kept, len(echo), echo_kept, sc.match, current_part, peaks_added=added,
-                          echo_kept_beyond=kept_beyond)
+            sr.ScanRecord(scan=s.scan + 1, reward=reward, occ=sc.occ, avail=sc.avail, skipped=skipped,
+                          report_size=len(centres), dormant_eligible=len(dormant_seen), dormant_covered=covered,
+                          carry_prev=len(s.prev_report), carry_kept=kept, echo_shown=len(echo), echo_kept=echo_kept,
+                          match=sc.match, current_part=current_part, peaks_added=added, echo_kept_beyond=kept_beyond)
         )
         s.seen.update(scan.detected)
         s.prev_report = now
@@ -462,7 +465,7 @@ class SpectrumEnv:
         cs, ws = [centres[i] for i in keep], [widths[i] for i in keep]
         sub = sr.score_scan(sr.report_intervals(cs, ws, s.episode.band), s.truth_merged, s.episode.band,
                             centres=cs, truth=s.truth_intervals)
-        return sub.reward(self.config.reward)
+        return self.config.reward_def.score(sub)
 
     def _make_echo(self) -> list[float] | None:
         """The memory echo for the open scan, by the memory mode's echo rule (the previous report, or the

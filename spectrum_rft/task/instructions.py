@@ -82,4 +82,4 @@ def render_system_prompt(config: EnvConfig) -> str:
     p = get_preset(config.preset)
     return scan_format.render_system_prompt(variant=config.prompt, memory=config.memory, band=p.band,
                                             n_scans=p.n_scans, max_regions=p.max_regions,
-                                            report_width=p.report_width, reward=config.reward, think=config.think)
+                                            report_width=p.report_width, reward=config.reward_def, think=config.think)

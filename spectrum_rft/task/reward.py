@@ -5,7 +5,10 @@ disjoint. Everything is exact (no frequency bins), so a score can be checked by 
 holds the reference definitions (the IoUs through complement lists) that the tests check the scoring
 path against.
 
-Rewards are a family, selected by name (``REWARDS``):
+Rewards are objects (:class:`Reward`, one entry of :data:`REWARD_TABLE` each: its scoring function, the
+sentence the system prompt says about it, its audit bars), selected by name (``REWARDS``); a name that is
+not there is an error, never a fallback. A new reward is one entry (``tests/test_reward_objects.py`` runs a
+test-only one through every path):
 
 * ``occ_iou``   occupied-spectrum IoU of the report against *all* transmitters (dormant ones included):
                 the original experiment's reward. Rewards recalling dormant transmitters.
@@ -34,7 +37,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from spectrum_rft.common.names import resolve_name
 from spectrum_rft.common.stats import halves, mean_or  # noqa: F401 (halves: re-exported)
@@ -140,14 +143,18 @@ def match_iou(centres: Sequence[float], truth: Sequence[Interval]) -> float:
 
 @dataclass(frozen=True, slots=True)
 class ScanScore:
+    """Every score of one report: the three overlap measures (recorded for every report, whatever the reward)
+    and, for a reward that reads more, the reported centres and the transmitters' occupied intervals."""
+
     occ: float
     avail: float
     match: float = 0.0
+    centres: tuple[float, ...] = ()
+    truth: tuple[Interval, ...] = ()
 
     def reward(self, name: str) -> float:
         """The score of reward ``name`` (an alias resolved: :func:`resolve_reward`)."""
-        r = resolve_reward(name)
-        return self.avail if r == "avail_iou" else self.match if r == "match_iou" else self.occ
+        return reward_of(name).score(self)
 
 
 def score_scan(report_merged: Sequence[Interval], truth_merged: Sequence[Interval], band: Interval, *,
@@ -163,19 +170,53 @@ def score_scan(report_merged: Sequence[Interval], truth_merged: Sequence[Interva
     union = r + t - inter
     width = band[1] - band[0]
     return ScanScore(iou_from_lengths(inter, union), iou_from_lengths(width - union, width - inter),
-                     match_iou(centres, truth))
+                     match_iou(centres, truth), tuple(centres), tuple(truth))
+
+
+@dataclass(frozen=True)
+class AuditBars:
+    """What ``spectrum-rft audit`` holds a reward to (``baselines.audit.audit_checks``): the memoryless
+    report scores at most ``memoryless_max``; accumulation beats it by ``memory_bar`` x; no memory-free
+    policy beats it by more than ``free_bar`` x (the aim: ``free_aim`` x); the privileged oracle scores 1."""
+
+    memoryless_max: float = 0.2
+    memory_bar: float = 3.0
+    free_bar: float = 1.25
+    free_aim: float = 1.05
+
+
+@dataclass(frozen=True)
+class Reward:
+    """One reward (the module docstring describes the built-in ones)."""
+
+    name: str
+    score: Callable[[ScanScore], float]  # a report's reward from its scores, in [0, 1]
+    prompt: str = ""  # what the system prompt adds about how a report is scored ("" for nothing)
+    audit: AuditBars = AuditBars()
 
 
 # The definitions, then the versioned names of the default (an alias never changes meaning once released;
 # ``default`` moves to the newest version).
-REWARD_DEFINITIONS = ("occ_iou", "avail_iou", "match_iou")
+REWARD_TABLE: dict[str, Reward] = {r.name: r for r in (
+    Reward("occ_iou", lambda s: s.occ),
+    Reward("avail_iou", lambda s: s.avail),
+    Reward("match_iou", lambda s: s.match,
+           prompt="Each transmitter counts once, when a reported centre lies within its occupied region; every "
+                  "other reported centre (a guess, or a second one on the same transmitter) lowers the score."),
+)}
+REWARD_DEFINITIONS: tuple[str, ...] = tuple(REWARD_TABLE)  # the built-in definitions' names
 REWARD_ALIASES = {"default": "match_iou", "default-v2": "match_iou", "default-v1": "occ_iou"}
 REWARDS = (*REWARD_ALIASES, *REWARD_DEFINITIONS)
 
 
 def resolve_reward(name: str) -> str:
     """The definition a reward name stands for (``default`` -> ``match_iou``); an error for unknown names."""
-    return resolve_name("reward", name, REWARD_DEFINITIONS, REWARD_ALIASES)
+    return resolve_name("reward", name, REWARD_TABLE, REWARD_ALIASES)
+
+
+def reward_of(name: str) -> Reward:
+    """The reward a name stands for (an alias resolved); a one-line ValueError naming the choices otherwise."""
+    return REWARD_TABLE[resolve_reward(name)]
 
 
 check_reward = resolve_reward  # the earlier name, kept for callers and the design card's spectrum_reward
@@ -214,9 +255,9 @@ def coverage(intervals: Sequence[Interval], merged: Sequence[Interval]) -> list[
 # --------------------------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class ScanRecord:
-    """What the environment recorded for one scan (the authoritative per-scan data)."""
+    """What the environment recorded for one scan (the authoritative per-scan data), built by keyword."""
 
     scan: int  # 1-based
     reward: float

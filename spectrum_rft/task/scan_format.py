@@ -32,6 +32,7 @@ import jinja2
 if TYPE_CHECKING:  # pragma: no cover
     from spectrum_rft.task.episode import Episode
     from spectrum_rft.task.memory import MemoryMode
+    from spectrum_rft.task.reward import Reward
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 
@@ -56,9 +57,9 @@ def templates() -> jinja2.Environment:
 
 
 def render_system_prompt(*, variant: str, memory: "MemoryMode", band: tuple[float, float], n_scans: int,
-                         max_regions: int, report_width: float | None, think: bool, reward: str = "occ_iou") -> str:
+                         max_regions: int, report_width: float | None, think: bool, reward: "Reward") -> str:
     """The system prompt (``system.j2``); ``memory`` (the memory mode) says what the model is told about its
-    echo or notepad, ``reward`` (a definition name) how scoring is described."""
+    echo or notepad, ``reward`` (the reward) how scoring is described (its ``prompt`` sentence)."""
     return templates().get_template("system.j2").render(
         variant=variant, memory=memory, band=band, n_scans=n_scans, max_regions=max_regions,
         report_width=report_width, think=think, reward=reward,
