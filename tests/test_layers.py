@@ -447,3 +447,55 @@ def test_the_layout_check_sees_a_missing_and_a_stale_name():
     bad = "\n".join(_layout_problems(rows))
     assert "task: window is not in the layout table" in bad
     assert "task: the layout table names gone, which is not there" in bad
+
+
+# The names of memory modes and rewards are spelled in task/ alone: everything else acts on the objects
+# (task.memory, task.reward) or on the names task/ exports (NO_MEMORY, REAL_ECHO, CONTROL_ECHO, TOOL_SETS,
+# task.bench90.SYSTEMS / REWARD, config.default_memory_mode). ``default`` is left out: it is the alias every
+# layer may name ("whatever the default is", of a preset and of a reward alike).
+# A string that only looks like a name is allowed here, with what it is.
+NOT_A_NAME = {
+    ("spectrum_rft.rollouts.row_result", "none"): "the text of an empty list",
+    ("spectrum_rft.tools.evaluation.render", "none"): "the text of an empty list",
+    ("spectrum_rft.tools.bench90", "none"): "OpenAI's tool_choice value",
+    ("spectrum_rft.tools.launch.plan", "none"): "a Fireworks job field's value",
+    ("spectrum_rft.tools.launch.tarball", "none"): "a word the secret scan ignores",
+    ("spectrum_rft.training.card.card", "none"): "TRL's scale_rewards value",
+    # issue 43 item 2 (open): the MCP server lists the union of the tool sets until it lists per session
+    ("spectrum_rft.rollouts.mcp_server", "notepad"): "tool sets of the server's union (issue 43 item 2)",
+    ("spectrum_rft.rollouts.mcp_server", "icl_notepad"): "tool sets of the server's union (issue 43 item 2)",
+}
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    return {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body
+            and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+
+
+def _name_literals(files: dict[str, Path]) -> list[str]:
+    from spectrum_rft.task.memory import MEMORY_MODES
+    from spectrum_rft.task.reward import REWARDS
+
+    names = (set(MEMORY_MODES) | set(REWARDS)) - {"default"}
+    out = []
+    for mod, path in files.items():
+        if mod.startswith("spectrum_rft.task"):
+            continue
+        tree = ast.parse(path.read_text())
+        docs = _docstrings(tree)
+        out += [f"{mod}:{node.lineno}: {node.value!r}" for node in ast.walk(tree)
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names
+                and id(node) not in docs and (mod, node.value) not in NOT_A_NAME]
+    return out
+
+
+def test_mode_and_reward_names_are_spelled_in_task_alone(tmp_path):
+    files = {**MODULES, **{f"spectrum_memory.{p.stem}": p for p in HARNESS.glob("*.py")},
+             **{f"spectrum_openenv.{p.stem}": p for p in OPENENV.glob("*.py")}}
+    bad = _name_literals(files)
+    assert not bad, "memory mode or reward names outside task/ (act on task's objects):\n" + "\n".join(bad)
+    probe = tmp_path / "probe.py"
+    probe.write_text('"""A docstring may say scaffold."""\n\ndef arm(mode):\n    return mode == "scrambled" or "match_iou"\n')
+    assert sorted(_name_literals({"spectrum_rft.tools.probe": probe})) == [
+        "spectrum_rft.tools.probe:4: 'match_iou'", "spectrum_rft.tools.probe:4: 'scrambled'"]

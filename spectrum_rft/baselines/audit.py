@@ -18,6 +18,7 @@ from spectrum_rft.rollouts.driver import drive_now, refusals
 from spectrum_rft.rollouts.episode import InProcessEpisode
 from spectrum_rft.task.config import EnvConfig
 from spectrum_rft.task.environment import SpectrumEnv
+from spectrum_rft.task.memory import NO_MEMORY
 from spectrum_rft.task.presets import get_preset
 from spectrum_rft.task.reward import reward_of
 from spectrum_rft.task.seeding import seed_for_row
@@ -65,7 +66,7 @@ def policy_kind(name: str) -> str:
 
 
 def audit(preset: str, reward: str, episodes: int, policies: Sequence[str] | None = None,
-          memory_mode: str = "none") -> dict:
+          memory_mode: str = NO_MEMORY) -> dict:
     """The reward audit: every reference policy on the same ``episodes`` bands (row ids ``audit-i``).
 
     Besides each policy's means, ``padding`` compares every padded policy with its base on the same bands:

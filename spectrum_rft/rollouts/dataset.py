@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable
 
-from spectrum_rft.task.config import MEMORY_MODES, PROMPT_VARIANTS, EnvConfig
+from spectrum_rft.task.config import MEMORY_MODES, PROMPT_VARIANTS, EnvConfig, default_memory_mode
 from spectrum_rft.task.presets import PRESET_NAMES, get_preset
 from spectrum_rft.task.rows import row_seed
 
@@ -57,10 +57,6 @@ def check_row_preset(preset: str) -> None:
         raise ValueError(f"preset {preset!r} plays a fixed schedule by run index, which generated rows (seeded from "
                          f"their ids) cannot pin: run it with `spectrum-rft bench90`; rows take "
                          f"{', '.join(ROW_PRESETS)}")
-
-
-def default_memory_mode(prompt: str) -> str:
-    return "notepad" if prompt.startswith("notepad") else "scaffold"
 
 
 def make_rows(n: int, *, prompt: str = "explicit", memory_mode: str | None = None, preset: str = "default",

@@ -42,6 +42,9 @@ NOISE_FLOOR = -60.0
 CHANNEL_POWER = -40.0
 WIDE_WIDTH, NARROW_WIDTH = 15.0, 5.0
 N_RUNS = 5
+# CLBench's agent systems, each as our memory mode; every scan scored by CLBench's metric
+SYSTEMS: dict[str, str] = {"stateless": "none", "icl": "icl", "icl_notepad": "icl_notepad", "scaffold": "scaffold"}
+REWARD = "avail_iou"
 SCANS_PER_STAGE = 30
 SHUFFLE_SEED_BASE = 42  # run r > 0 shuffles within stages with default_rng(42 + r)
 

@@ -11,8 +11,14 @@ from spectrum_rft.task.memory import memory_mode as get_memory_mode
 from spectrum_rft.task.presets import resolve_preset
 from spectrum_rft.task.reward import Reward, resolve_reward, reward_of
 
-__all__ = ["MEMORY_MODES", "PROMPT_VARIANTS", "EnvConfig"]
+__all__ = ["MEMORY_MODES", "PROMPT_VARIANTS", "EnvConfig", "default_memory_mode"]
 PROMPT_VARIANTS: tuple[str, ...] = ("explicit", "weak", "notepad-vague", "notepad-explicit")
+
+
+def default_memory_mode(prompt: str) -> str:
+    """The memory mode a prompt variant is written for when none is given: the notepad for ``notepad-*``,
+    else the scaffold (the echo)."""
+    return "notepad" if prompt.startswith("notepad") else "scaffold"
 
 
 @dataclass(frozen=True)

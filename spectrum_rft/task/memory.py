@@ -72,6 +72,11 @@ MODES: dict[str, MemoryMode] = {m.name: m for m in (
 
 MEMORY_MODES: tuple[str, ...] = tuple(MODES)  # the built-in modes' names (command-line choices)
 
+# The modes other layers name, so that no rule outside task/ spells one (tests/test_layers.py refuses that):
+NO_MEMORY = "none"  # no memory channel at all
+REAL_ECHO, CONTROL_ECHO = "scaffold", "scrambled"  # the evidence runs' two arms: the real echo and its control
+TOOL_SETS: tuple[str, ...] = ("report", "notepad", "notepad_update")  # the values of MemoryMode.tool_set
+
 
 def memory_mode(name: str) -> MemoryMode:
     """The mode called ``name``; a ValueError naming the choices otherwise."""

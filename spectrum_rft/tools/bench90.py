@@ -37,17 +37,16 @@ from spectrum_rft.rollouts.episode import InProcessEpisode
 from spectrum_rft.rollouts.failures import CAUSE_OF_FAULT, SKIP_MODEL_FAILURE, no_result
 from spectrum_rft.rollouts.model_calls import CallStats, ModelCaller
 from spectrum_rft.rollouts.scripted import SCRIPTED_MODEL_PREFIX
-from spectrum_rft.task.bench90 import BENCH90, N_RUNS, SCANS_PER_STAGE, STAGES, check_run
+from spectrum_rft.task.bench90 import BENCH90, N_RUNS, REWARD, SCANS_PER_STAGE, STAGES, SYSTEMS, check_run
 from spectrum_rft.task.config import EnvConfig
 from spectrum_rft.task.environment import SpectrumEnv
+from spectrum_rft.task.memory import memory_mode
 
 # --------------------------------------------------------------------------------------------------
 # Systems and runners
 # --------------------------------------------------------------------------------------------------
 
-# bench system -> our memory mode
-SYSTEMS: dict[str, str] = {"stateless": "none", "icl": "icl", "icl_notepad": "icl_notepad", "scaffold": "scaffold"}
-REWARD = "avail_iou"
+# bench system -> our memory mode: task.bench90.SYSTEMS
 # icl: the oldest scans are trimmed past this estimate (spectrum_context_window.approx_tokens, 4 characters
 # a token). CLBench's own budget is not among the published facts; 16k estimated tokens keeps a 90-scan
 # transcript inside a 32k-context model with room for the reply.
@@ -251,7 +250,7 @@ def evaluate(model: str, system: str, runs: int, via: str = "auto", prompt: str 
     result["per_scan_avail"] = [mean_or(v, math.nan) for v in scans] or None
     result["per_scan_avail_se"] = [standard_error(v) for v in scans] or None
     # the ICL budget actually applied (the direct path replays the whole history)
-    applies = via == "processor" and system == "icl"
+    applies = via == "processor" and memory_mode(SYSTEMS[system]).history
     result["token_budget"] = model_options.get("token_budget", DEFAULT_ICL_TOKEN_BUDGET) if applies else None
     result["prompt"] = prompt
     result["errors"] = errors

@@ -310,7 +310,8 @@ def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset:
     ``stopped`` (``"timeout"``, ``"interrupted"``, ``"aborted"``), ``aborted`` (the watchdog's message),
     ``cut_off`` (the models with unfinished rows) and, per model, ``rows_unfinished`` and
     ``unfinished_row_ids``. A local model server started here is watched too (it exiting aborts the run)."""
-    from spectrum_rft.rollouts.dataset import check_row_preset, default_memory_mode, write_jsonl  # noqa: PLC0415
+    from spectrum_rft.rollouts.dataset import check_row_preset, write_jsonl  # noqa: PLC0415
+    from spectrum_rft.task.config import default_memory_mode  # noqa: PLC0415
     from spectrum_rft.task.config import EnvConfig  # noqa: PLC0415
 
     started = time.monotonic()  # the timeout counts from here: building the dataset is part of the run

@@ -9,6 +9,7 @@ from typing import Any, Sequence
 
 from spectrum_rft.common.stats import first_last, linear_fit, mean, standard_error
 from spectrum_rft.rollouts.failures import no_result
+from spectrum_rft.task.memory import CONTROL_ECHO
 
 from .heldout import analyze as analyze_heldout, compare as compare_heldout, place
 from .checks import check_freshness, check_integrity
@@ -164,7 +165,7 @@ def pick_pairs(runs: dict[str, dict], control: str | None) -> list[tuple[str, st
         return [(n, control) for n in names if n != control]
     if len(names) != 2:
         return []
-    scrambled = [n for n in names if runs[n]["memory_mode"] == "scrambled"]
+    scrambled = [n for n in names if runs[n]["memory_mode"] == CONTROL_ECHO]
     if len(scrambled) == 1:
         return [(next(n for n in names if n not in scrambled), scrambled[0])]
     return [(names[0], names[1])]

@@ -32,6 +32,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from spectrum_rft.task.memory import REAL_ECHO
+
 METRIC = "beyond_current"
 SECONDARY = ("dormant_recall", "memory_gain")
 MIN_BANDS = 24
@@ -65,7 +67,7 @@ def load_episodes(folder: str | Path) -> dict[str, Any]:
     if len(summary.get("models") or {}) != 1:
         raise VerdictInputError(f"{folder}: holds {len(summary.get('models') or {})} models; give one eval folder per "
                                 "checkpoint")
-    if summary.get("memory_mode") != "scaffold":
+    if summary.get("memory_mode") != REAL_ECHO:
         raise VerdictInputError(f"{folder}: memory mode {summary.get('memory_mode')!r}; the rule plays scaffold episodes "
                                 "(the model's own echo)")
     bands: dict[str, dict] = {}

@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from spectrum_rft.common.stats import linear_fit, mean, pstdev, standard_error, thirds, trailing_mean
+from spectrum_rft.task.memory import CONTROL_ECHO, REAL_ECHO
 from spectrum_rft.training.spectrum.episode_verdict import (by_seed, format_power, format_verdict, judge, load_episodes,
                                                           power_check)
 from spectrum_rft.training.spectrum.scan_eval import Unpaired, load_result, paired_difference
@@ -229,7 +230,7 @@ def plot(runs: list[TrlRun], path: Path) -> Path:
               ("carry_rate", "carry_rate (previous report kept)"), ("valid", "valid reports"),
               ("zero_std", "groups with zero reward variance"), ("call_freq", "tool calls per completion")]
     fig, axes = plt.subplots(2, 4, figsize=(19, 8))
-    colours = {"scaffold": "tab:blue", "scrambled": "tab:red"}
+    colours = {REAL_ECHO: "tab:blue", CONTROL_ECHO: "tab:red"}
     for ax, (key, title) in zip(axes.flat, panels):
         for r in runs:
             ys = r.zero_std if key == "zero_std" else r.call_freq if key == "call_freq" else r.curves[key]
@@ -340,8 +341,8 @@ def main(argv: list[str] | None = None) -> int:
         if not runs:
             return 0
         print()
-    real = [r for r in runs if r.memory_mode == "scaffold"]
-    control = [r for r in runs if r.memory_mode == "scrambled"]
+    real = [r for r in runs if r.memory_mode == REAL_ECHO]
+    control = [r for r in runs if r.memory_mode == CONTROL_ECHO]
     result = {"runs": [], "heldout": held, "panel": panel}
     for r in sorted(runs, key=lambda r: (r.memory_mode, r.seed)):
         entry = {"run": str(r.path), "arm": r.arm, "seed": r.seed, "steps": len(r.steps),

@@ -65,7 +65,7 @@ from spectrum_rft.rollouts.driver import drive_now
 from spectrum_rft.rollouts.episode import InProcessEpisode
 from spectrum_rft.task.environment import SpectrumEnv, env_for_row
 from spectrum_rft.task.instructions import tool_schemas
-from spectrum_rft.task.memory import MEMORY_MODES
+from spectrum_rft.task.memory import MEMORY_MODES, TOOL_SETS
 from spectrum_rft.task.memory import memory_mode as get_memory_mode
 from spectrum_rft.task.presets import resolve_preset
 from spectrum_rft.task.scan_format import parse_scan
@@ -358,8 +358,7 @@ def judge(row: dict, message: dict | None) -> ToolEnv:
     return env
 
 
-_CLASS_NAMES = {"report": "SpectrumToolEnv", "notepad": "SpectrumNotepadToolEnv",
-                "notepad_update": "SpectrumIclNotepadToolEnv"}
+_CLASS_NAMES = dict(zip(TOOL_SETS, ("SpectrumToolEnv", "SpectrumNotepadToolEnv", "SpectrumIclNotepadToolEnv")))
 _CLASSES: dict[tuple[str, str], type[ToolEnv]] = {}
 
 
@@ -401,10 +400,9 @@ def tool_env_for(row: dict) -> ToolEnv:
 
 
 # The default preset's classes, by name (what a one-arm run on the default preset passes as the factory)
-SpectrumToolEnv = tool_env_class("none")
-SpectrumNotepadToolEnv = tool_env_class("notepad")
-SpectrumIclNotepadToolEnv = tool_env_class("icl_notepad")
-TOOL_ENV_CLASSES: tuple[type[ToolEnv], ...] = (SpectrumToolEnv, SpectrumNotepadToolEnv, SpectrumIclNotepadToolEnv)
+TOOL_ENV_CLASSES: tuple[type[ToolEnv], ...] = tuple(
+    tool_env_class(next(m for m in MEMORY_MODES if get_memory_mode(m).tool_set == ts)) for ts in TOOL_SETS)
+SpectrumToolEnv, SpectrumNotepadToolEnv, SpectrumIclNotepadToolEnv = TOOL_ENV_CLASSES
 
 
 def tool_names(env: Any) -> set[str]:

@@ -29,6 +29,7 @@ from typing import Any
 from spectrum_rft.task.arms import ARMS
 from spectrum_rft.task.config import EnvConfig
 from spectrum_rft.task.instructions import tool_schemas
+from spectrum_rft.task.memory import NO_MEMORY
 from spectrum_rft.task.presets import get_preset
 from spectrum_rft.training.provenance import append_jsonl, code_revision, write_json
 from spectrum_rft.training.trl_common import (GrpoRunConfig, RunConfig, grpo_args, load_model, load_tokenizer,
@@ -74,7 +75,7 @@ class Common(RunConfig):
 
 @dataclass
 class SftConfig(Common):
-    memory_mode: str = "none"  # the conversations' memory mode; none: no echo line, so the warm start teaches neither using nor ignoring one
+    memory_mode: str = NO_MEMORY  # the conversations' memory mode; none: no echo line, so the warm start teaches neither using nor ignoring one
     rows: int = 256  # conversations (each a fresh band)
     epochs: int = 1  # passes over the conversations
     batch_size: int = 8  # conversations per optimiser step
