@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
@@ -148,7 +147,7 @@ def main() -> None:
     flops = {t: matmul_flops(t) for t in sorted({r["threads"] for r in results})}
     base = results[0]["completions_per_cpu_s"]
     print(f"\nGRPO step on scan episodes, model {args.model}, mean of steps 2-{args.steps}, this machine")
-    print(f"matmul float32 FLOP/s: " + ", ".join(f"{t} thread(s) {f / 1e9:.1f} G" for t, f in flops.items()))
+    print("matmul float32 FLOP/s: " + ", ".join(f"{t} thread(s) {f / 1e9:.1f} G" for t, f in flops.items()))
     print(f"{'variant':<14}{'rows x G':>9}{'max tok':>8}{'thr':>4}{'cpu s':>8}{'wall s':>8}{'compl/cpu-s':>12}"
           f"{'x ' + names[0]:>8}{'tokens':>8}{'floor s':>8}{'valid':>7}")
     for r in results:

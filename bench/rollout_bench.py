@@ -4,6 +4,7 @@ a measurement under a profiler."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import subprocess
@@ -16,10 +17,8 @@ OFFLINE = {"OPENAI_API_KEY": "dummy",  # the loopback server ignores it; litellm
            "LITELLM_LOCAL_MODEL_COST_MAP": "True", "EP_NO_UPLOAD": "1"}
 
 
-def parser(description: str) -> "argparse.ArgumentParser":
+def parser(description: str) -> argparse.ArgumentParser:
     """The options both benches take: rows, concurrency, memory mode, the loopback model's policy."""
-    import argparse  # noqa: PLC0415
-
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--rows", type=int, default=96)
     ap.add_argument("--concurrency", type=int, default=96)

@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
             p = r["policies"]
             ml = p["memoryless"]["score"]
 
-            def best(kind: str) -> str:
+            def best(kind: str, p: dict = p, ml: float = ml) -> str:
                 k = max((n for n in p if policy_kind(n) == kind), key=lambda n: p[n]["score"])
                 return f"{p[k]['score'] / ml:.2f} ({k})"
 

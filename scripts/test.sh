@@ -8,6 +8,7 @@ python -m pip install -q --upgrade pip
 bash scripts/install.sh dev,local,train --torch cpu  # llama.cpp built portably, the CPU torch (scripts/install.sh says why)
 export EP_NO_UPLOAD=1 LITELLM_LOCAL_MODEL_COST_MAP=True EP_DISABLE_AUTO_BROWSER=1 OPENAI_API_KEY=dummy
 unset FIREWORKS_API_KEY
+python -m ruff check --quiet .  # the linter (pyproject.toml [tool.ruff]): clean, or the run stops here
 python -m pytest -q
 # the rollout paths again against the eval-protocol the cloud runs (0.3.23), in a venv of its own
 bash scripts/test_cloud_versions.sh

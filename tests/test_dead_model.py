@@ -7,7 +7,6 @@ failed. Both are defined once, :func:`spectrum_rft.rollouts.failures.no_result`.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 

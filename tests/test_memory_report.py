@@ -114,7 +114,7 @@ def test_group_signal_measures_what_the_advantages_rewarded():
     one invalid report per group scores 0, and its part of the within-group sum of squares is computed."""
     rollouts = []
     for step in range(3):
-        for k, e in enumerate([0.0, 0.25, 0.5, 1.0]):
+        for e in [0.0, 0.25, 0.5, 1.0]:
             rollouts.append({"step": step, "row_id": "r", "reward": 0.1 + 0.5 * e, "echo_copy": e, "scans_skipped": 0})
         rollouts.append({"step": step, "row_id": "r", "reward": 0.0, "echo_copy": None, "scans_skipped": 1})
     g = M.group_signal(rollouts)

@@ -10,7 +10,6 @@ an error everywhere, never a fallback to another reward.
 from __future__ import annotations
 
 import asyncio
-import sys
 from pathlib import Path
 
 import pytest

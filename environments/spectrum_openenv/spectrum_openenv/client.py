@@ -21,7 +21,6 @@ from openenv.core.client_types import StepResult
 from openenv.core.env_client import EnvClient
 
 from spectrum_openenv.models import SpectrumAction, SpectrumObservation, SpectrumState
-from spectrum_rft.rollouts.driver import Played, play
 from spectrum_rft.rollouts.episode import Opening, max_model_calls
 from spectrum_rft.task.environment import ToolResult
 from spectrum_rft.training.spectrum.trl_env import SpectrumNotepadToolEnv as _TrlDeclarations

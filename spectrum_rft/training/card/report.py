@@ -201,7 +201,7 @@ def signal_table(runs: list[Run]) -> list[str]:
     for r in runs:
         ms = r.metrics
 
-        def avg(k):
+        def avg(k, ms=ms):
             return mean_or((m.get(k) for m in ms), float("nan"))
 
         lines.append(f"{r.arm:<22}{r.seed:>5}{len(ms):>6}{avg('reward'):>9.4f}{avg('grad_norm'):>10.4g}"
