@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from spectrum_rft.task import scan_format as sf
 from spectrum_rft.task.environment import (MEMORY_MODES, PROMPT_VARIANTS, EnvConfig, SpectrumEnv,
                                            render_system_prompt)
-from spectrum_rft.task.episode import Episode, Peak, Scan
+from spectrum_rft.task.episode import EpisodeDraw, Peak, Scan
 
 PKG = Path(__file__).resolve().parent.parent / "spectrum_rft"
 
@@ -122,7 +122,7 @@ def test_parse_inverts_render(n_scans, data, lo, hi, floor, note, peaks, echo, n
     k = data.draw(st.integers(0, n_scans - 1))
     scans = [Scan([], (), ()) for _ in range(n_scans)]
     scans[k] = Scan([Peak(f"P{i}", f, p, w) for i, f, p, w in peaks], (), (), note=note.strip())
-    bodies = sf.render_bodies(Episode((lo, hi), [], scans, floor))
+    bodies = sf.render_bodies(EpisodeDraw((lo, hi), [], scans, floor))
     text = sf.render_scan(bodies[k], echo, notepad, cap)
     assert sf.is_scan_text(text) and not sf.is_scan_recorded(text)
     p = sf.parse_scan(text)

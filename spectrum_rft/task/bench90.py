@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from spectrum_rft.task.episode import Episode, Peak, Scan
+from spectrum_rft.task.episode import EpisodeDraw, Peak, Scan
 
 # --------------------------------------------------------------------------------------------------
 # The schedule (published facts; see docs/BENCH90.md)
@@ -199,12 +199,12 @@ class Bench90Preset:
     # never a seed hashed from its row id.
     seed_is_run_index: bool = True
 
-    def episode(self, seed: int) -> Episode:
+    def episode(self, seed: int) -> EpisodeDraw:
         order = run_order(check_run(seed))
         canon = [sc for s in range(len(STAGES)) for sc in stage_scans(s)]
         # Fresh Scan objects (same peaks): the cached canonical ones are never handed out.
         scans = [Scan(list(canon[i].peaks), canon[i].active, canon[i].detected, canon[i].note) for i in order]
-        return Episode(self.band, [(c.centre, c.width) for c in CHANNELS], scans, NOISE_FLOOR)
+        return EpisodeDraw(self.band, [(c.centre, c.width) for c in CHANNELS], scans, NOISE_FLOOR)
 
 
 BENCH90 = Bench90Preset()

@@ -35,7 +35,7 @@ from spectrum_rft.task import scan_format
 from spectrum_rft.task.actions import (MAX_ARGUMENT_BYTES, InvalidAction, InvalidArguments, argument_bytes,
                                        parse_arguments, parse_report)
 from spectrum_rft.task.config import MEMORY_MODES, PROMPT_VARIANTS, EnvConfig
-from spectrum_rft.task.episode import Episode, Peak, Preset, Scan
+from spectrum_rft.task.episode import EpisodeDraw, Peak, Preset, Scan
 from spectrum_rft.task.instructions import render_system_prompt, tool_schemas
 from spectrum_rft.task.presets import PRESETS, RoundRobinPreset, get_preset
 from spectrum_rft.task.rows import row_config, row_episode, row_seed
@@ -45,7 +45,7 @@ from spectrum_rft.task.seeding import resolve_salt, seed_for_row
 __all__ = [  # this module's own names, then the pieces' names re-exported for their callers
     "AFTER_END", "EXTRA_SUBMIT", "NUDGE", "STILL_OPEN", "SpectrumEnv", "ToolResult", "env_for_row",
     "MAX_ARGUMENT_BYTES", "InvalidAction", "InvalidArguments", "argument_bytes", "parse_arguments", "parse_report",
-    "MEMORY_MODES", "PROMPT_VARIANTS", "EnvConfig", "Episode", "Peak", "Preset", "Scan", "render_system_prompt",
+    "MEMORY_MODES", "PROMPT_VARIANTS", "EnvConfig", "EpisodeDraw", "Peak", "Preset", "Scan", "render_system_prompt",
     "tool_schemas", "PRESETS", "RoundRobinPreset", "get_preset", "row_config", "row_episode", "row_seed",
     "TEMPLATE_DIR", "resolve_salt", "seed_for_row",
 ]
@@ -88,7 +88,7 @@ class ToolResult:
 
 @dataclass(slots=True)
 class _State:
-    episode: Episode
+    episode: EpisodeDraw
     seed: int
     truth_merged: list[tuple[float, float]]
     bodies: list[str]  # rendered scan bodies (header + peaks), one per scan

@@ -23,7 +23,10 @@ class Scan:
 
 
 @dataclass(slots=True)
-class Episode:
+class EpisodeDraw:
+    """What a preset draws for a seed: the band, its transmitters and every scan of the episode (the hidden
+    world; an episode as a transport carries it is :class:`spectrum_rft.rollouts.episode.Episode`)."""
+
     band: tuple[float, float]
     truth: list[tuple[float, float]]  # (centre, bandwidth) per transmitter
     scans: list[Scan]
@@ -41,6 +44,6 @@ class Preset(Protocol):
     # pin it (``environment_context["seed"]``); it is never hashed from the row id.
     seed_is_run_index: bool
 
-    def episode(self, seed: int) -> Episode:
+    def episode(self, seed: int) -> EpisodeDraw:
         """The whole episode for a seed (band, truth and every scan)."""
         ...

@@ -10,7 +10,7 @@ import numpy as np
 
 from spectrum_rft.common.names import resolve_name
 from spectrum_rft.task.bench90 import BENCH90
-from spectrum_rft.task.episode import Episode, Peak, Preset, Scan
+from spectrum_rft.task.episode import EpisodeDraw, Peak, Preset, Scan
 
 # MHz: the width of every transmitter of the original experiment (and of ``default``), hence also the width
 # a report's region gets when the preset fixes it, and the width the scripted policies assume.
@@ -52,7 +52,7 @@ class RoundRobinPreset:
     default_width: float = TX_WIDTH
     seed_is_run_index: bool = False
 
-    def episode(self, seed: int) -> Episode:
+    def episode(self, seed: int) -> EpisodeDraw:
         return self.generate(np.random.default_rng(seed))
 
     def draw_centres(self, rng: np.random.Generator) -> np.ndarray:
@@ -87,7 +87,7 @@ class RoundRobinPreset:
             queue = [x for x in fresh if x not in top_up]
         return out
 
-    def generate(self, rng: np.random.Generator) -> Episode:
+    def generate(self, rng: np.random.Generator) -> EpisodeDraw:
         centres = self.draw_centres(rng)
         n = len(centres)
         sched = self.schedule(rng, n)
@@ -131,7 +131,7 @@ class RoundRobinPreset:
             ii = ids[s]
             scans.append(Scan([Peak(f"P{ii[i]}", f, p, w) for i, (f, p, w) in enumerate(raw)], active, det))
         truth = [(float(c), self.width) for c in centres]
-        return Episode((B0, B1), truth, scans, self.noise_floor)
+        return EpisodeDraw((B0, B1), truth, scans, self.noise_floor)
 
 
 PRESETS: dict[str, Preset] = {

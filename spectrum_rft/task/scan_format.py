@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Sequence
 import jinja2
 
 if TYPE_CHECKING:  # pragma: no cover
-    from spectrum_rft.task.episode import Episode
+    from spectrum_rft.task.episode import EpisodeDraw
     from spectrum_rft.task.memory import MemoryMode
     from spectrum_rft.task.reward import Reward
 
@@ -69,7 +69,7 @@ def render_system_prompt(*, variant: str, memory: "MemoryMode", band: tuple[floa
 _SEP = "\x1e"  # separates the bodies of one rendering pass (never part of a rendered scan)
 
 
-def render_bodies(episode: "Episode") -> list[str]:
+def render_bodies(episode: "EpisodeDraw") -> list[str]:
     """Every scan body of an episode (header + peak table), rendered in one template pass. A scan's note
     (the preset's, e.g. a stage name) is one line without the separator ``\\x1e``."""
     band_text = f"{episode.band[0]:.1f}-{episode.band[1]:.1f}"

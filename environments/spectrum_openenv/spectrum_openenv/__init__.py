@@ -11,9 +11,9 @@ The server is :mod:`spectrum_openenv.server`; the client, the episode driver's t
 tool env are :mod:`spectrum_openenv.client`. The client side does not import the server (nor fastmcp).
 """
 
-from spectrum_openenv.client import OpenEnvEpisode, SpectrumEnvClient, SpectrumToolEnv
+from spectrum_openenv.client import OpenEnvEpisode, OpenEnvToolEnv, SpectrumEnvClient
 from spectrum_openenv.models import SpectrumAction, SpectrumObservation, SpectrumState
 from spectrum_rft.rollouts.driver import Played, play  # the episode driver, for a caller of this transport
 
-__all__ = ["OpenEnvEpisode", "Played", "SpectrumAction", "SpectrumEnvClient", "SpectrumObservation", "SpectrumState",
-           "SpectrumToolEnv", "play"]
+__all__ = ["OpenEnvEpisode", "OpenEnvToolEnv", "Played", "SpectrumAction", "SpectrumEnvClient", "SpectrumObservation",
+           "SpectrumState", "play"]

@@ -9,7 +9,7 @@
   against an OpenAI-compatible model through :func:`~spectrum_rft.rollouts.driver.drive` (the loop
   ``spectrum-rft eval`` and the verifiers harness run) and :class:`~spectrum_rft.rollouts.model_calls.ModelCaller`
   (the evaluator's retries and failure causes); :func:`openai_request` makes its ``request``.
-* :class:`SpectrumToolEnv` is the shape TRL's ``GRPOTrainer(environment_factory=...)`` asks for: ``reset``,
+* :class:`OpenEnvToolEnv` is the shape TRL's ``GRPOTrainer(environment_factory=...)`` asks for: ``reset``,
   the row's tools as methods, ``get_reward``.
 """
 
@@ -111,7 +111,7 @@ def openai_request(client: Any, model: str) -> Callable[[list[dict], list[dict]]
     return request
 
 
-class SpectrumToolEnv:
+class OpenEnvToolEnv:
     """One rollout's session in the shape TRL's ``GRPOTrainer(environment_factory=...)`` asks for: ``reset``
     starts the row's episode and returns scan 1's text, the tools are methods (one call is one model turn; the
     env judges the arguments), ``get_reward`` is the env's score. Each instance holds its own session on the

@@ -24,7 +24,7 @@ pytest.importorskip("openenv.core")
 
 from openenv.core.mcp_client import MCPToolClient  # noqa: E402
 
-from spectrum_openenv import OpenEnvEpisode, SpectrumAction, SpectrumEnvClient, SpectrumToolEnv, play  # noqa: E402
+from spectrum_openenv import OpenEnvEpisode, OpenEnvToolEnv, SpectrumAction, SpectrumEnvClient, play  # noqa: E402
 from spectrum_openenv.client import openai_request  # noqa: E402
 from spectrum_rft.rollouts.dataset import make_rows  # noqa: E402
 from spectrum_rft.task.environment import env_for_row  # noqa: E402
@@ -255,7 +255,7 @@ def test_tool_env_for_trl(server):
     row_id, info = _row(0)
     env, seed = env_for_row(row_id, info)
     obs0, _ = env.reset(seed)
-    tool_env = SpectrumToolEnv(server)
+    tool_env = OpenEnvToolEnv(server)
     try:
         assert tool_env.reset(row_id=row_id, environment_context=info["environment_context"], prompt="x") \
             == obs0["prompt"]
