@@ -35,6 +35,7 @@ from spectrum_rft.rollouts.episode import Episode, Opening
 from spectrum_rft.rollouts.model_calls import (CallStats, ModelCaller, Reply, RolloutConfigError, model_failure,
                                                model_failure_message)
 from spectrum_rft.task.memory import memory_mode
+from spectrum_rft.task.scan_format import with_next_scan
 from spectrum_rft.task.window import window
 
 # ---- tool-call arguments kept in rows and transcripts ----------------------------------------------------
@@ -119,7 +120,7 @@ async def drive(ep: Episode, opening: Opening, transcript: list[dict], model: Mo
         if calls:
             closer = await run_tools(ep, calls, transcript, stats)
             if in_tool_results and closer is not None and not ep.done and ep.scan != shown:
-                transcript[closer]["content"] += "\n\n" + ep.prompt  # the result that closed the scan
+                transcript[closer]["content"] = with_next_scan(transcript[closer]["content"], ep.prompt)
                 showing(ep.scan)
         else:
             nudge = await ep.no_tool_call()

@@ -190,6 +190,12 @@ def parse_scan(text: str) -> ParsedScan | None:
     )
 
 
+def with_next_scan(feedback: str, scan: str) -> str:
+    """A tool result that closed a scan, carrying the next scan (``"<feedback>\n\n<scan>"``): how the next scan
+    rides in the tool result on every transport that carries it there (MCP, the TRL adapter, OpenEnv)."""
+    return f"{feedback}\n\n{scan}"
+
+
 def is_scan_recorded(text: str) -> bool:
     """Whether a tool result is the acknowledgement that a scan was scored (``Scan k recorded.``, or the
     completion line): the open scan is then closed."""

@@ -23,6 +23,7 @@ from openenv.core.env_client import EnvClient
 from spectrum_openenv.models import SpectrumAction, SpectrumObservation, SpectrumState
 from spectrum_rft.rollouts.episode import Opening, max_model_calls
 from spectrum_rft.task.environment import ToolResult
+from spectrum_rft.task.scan_format import with_next_scan
 from spectrum_rft.training.spectrum.trl_env import SpectrumNotepadToolEnv as _TrlDeclarations
 from spectrum_rft.training.spectrum.trl_env import not_a_tool
 
@@ -142,7 +143,7 @@ class OpenEnvToolEnv:
         self._last = self._client.step(SpectrumAction(op="call", tool=name, arguments=arguments)).observation
         text = self._last.text or ""
         if (self._last.advanced or self._last.skipped) and not self._last.done:
-            text += "\n\n" + self._last.prompt  # the next scan (scored, or closed by the call budget)
+            text = with_next_scan(text, self._last.prompt)  # the next scan (scored, or closed by the call budget)
         return text
 
     def get_reward(self) -> float:

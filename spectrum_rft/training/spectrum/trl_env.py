@@ -68,7 +68,7 @@ from spectrum_rft.task.instructions import tool_schemas
 from spectrum_rft.task.memory import MEMORY_MODES, TOOL_SETS
 from spectrum_rft.task.memory import memory_mode as get_memory_mode
 from spectrum_rft.task.presets import resolve_preset
-from spectrum_rft.task.scan_format import parse_scan
+from spectrum_rft.task.scan_format import parse_scan, with_next_scan
 
 LOGGED_METRICS = ("score", "late_mean", "memory_gain", "dormant_recall", "carry_rate", "echo_copy", "scans_skipped",
                   "gain_vs_memoryless", "beyond_current")
@@ -314,7 +314,7 @@ class ToolEnv:
             return f"Error: this rollout ended with scan {self._scan}. The call was ignored."
         res = env.call_tool(name, arguments, first=True, last=True)
         if (res.advanced or res.skipped) and not env.done and not self._scan:
-            return f"{res.content}\n\n{env.observation()['prompt']}"
+            return with_next_scan(res.content, env.observation()["prompt"])
         return res.content
 
 
