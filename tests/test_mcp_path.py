@@ -23,10 +23,10 @@ from harness import NullLogger  # noqa: E402
 from loopback_llm import (calls_this_scan, chat_response, ok, policy_responder,  # noqa: E402
                           scan_number, tool_call)
 from spectrum_rft.rollouts.dataset import dataset_adapter, make_rows  # noqa: E402
-from spectrum_rft.task.environment import SpectrumEnv, env_for_row, row_config  # noqa: E402
+from spectrum_rft.task.environment import NUDGE, SpectrumEnv, env_for_row, row_config  # noqa: E402
 from spectrum_rft.task.window import is_scan_message  # noqa: E402
 from spectrum_rft.rollouts.row_result import evaluate_row  # noqa: E402
-from spectrum_rft.rollouts.turn import NUDGE, SpectrumTurnRolloutProcessor  # noqa: E402
+from spectrum_rft.rollouts.turn import SpectrumTurnRolloutProcessor  # noqa: E402
 
 N_SCANS = 12
 STEPS = 144

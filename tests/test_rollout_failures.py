@@ -29,8 +29,9 @@ from spectrum_rft.rollouts.dataset import dataset_adapter, make_rows  # noqa: E4
 from spectrum_rft.rollouts.failures import FAULT_OF_CAUSE  # noqa: E402
 from spectrum_rft.task.environment import env_for_row  # noqa: E402
 from spectrum_rft.rollouts.row_result import evaluate_row  # noqa: E402
-from spectrum_rft.rollouts.turn import (ARGS_PREVIEW_CHARS, FAILURE_CAUSES, MODEL_FAILURE,  # noqa: E402
-                                     SpectrumTurnRolloutProcessor)
+from spectrum_rft.rollouts.driver import ARGS_PREVIEW_CHARS  # noqa: E402
+from spectrum_rft.rollouts.failures import FAILURE_CAUSES, MODEL_FAILURE  # noqa: E402
+from spectrum_rft.rollouts.turn import SpectrumTurnRolloutProcessor  # noqa: E402
 
 N_SCANS = 12
 TRIES = 2

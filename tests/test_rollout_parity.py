@@ -31,8 +31,8 @@ from loopback_llm import (calls_this_scan, chat_response, ok, policy_responder, 
 from spectrum_rft.rollouts import mcp_client as smp  # noqa: E402
 from spectrum_rft.rollouts.dataset import dataset_adapter, make_rows  # noqa: E402
 from spectrum_rft.rollouts.row_result import evaluate_row  # noqa: E402
-from spectrum_rft.rollouts.turn import NUDGE, SpectrumTurnRolloutProcessor  # noqa: E402
-from spectrum_rft.task.environment import AFTER_END, EXTRA_SUBMIT, MAX_ARGUMENT_BYTES, STILL_OPEN  # noqa: E402
+from spectrum_rft.rollouts.turn import SpectrumTurnRolloutProcessor  # noqa: E402
+from spectrum_rft.task.environment import AFTER_END, EXTRA_SUBMIT, MAX_ARGUMENT_BYTES, NUDGE, STILL_OPEN  # noqa: E402
 from spectrum_rft.task.scan_format import HEADER, is_scan_recorded  # noqa: E402
 from spectrum_rft.task.window import is_scan_message, report_call_ids  # noqa: E402
 

@@ -25,14 +25,13 @@ from eval_protocol.pytest.types import RolloutProcessorConfig  # noqa: E402
 from loopback_llm import (LoopbackLLM, calls_this_scan, chat_response, ok, policy_responder,  # noqa: E402
                           scan_number, sequence, tool_call)
 from spectrum_rft.rollouts.dataset import dataset_adapter, make_rows  # noqa: E402
-from spectrum_rft.task.environment import env_for_row  # noqa: E402
+from spectrum_rft.task.environment import EXTRA_SUBMIT, NUDGE, env_for_row  # noqa: E402
 from spectrum_rft.rollouts.row_result import evaluate_row  # noqa: E402
-from spectrum_rft.task.environment import EXTRA_SUBMIT  # noqa: E402
 from spectrum_rft.baselines import policy_models as spectrum_models  # noqa: E402
 from spectrum_rft.rollouts.driver import run_tools  # noqa: E402
 from spectrum_rft.rollouts.episode import InProcessEpisode  # noqa: E402
 from spectrum_rft.rollouts.model_calls import CallStats  # noqa: E402
-from spectrum_rft.rollouts.turn import NUDGE, SpectrumTurnRolloutProcessor  # noqa: E402
+from spectrum_rft.rollouts.turn import SpectrumTurnRolloutProcessor  # noqa: E402
 
 # the scripted ``spectrum/<policy>`` models, registered by explicit configuration (the rollouts never import
 # the baselines); ``prepare`` once the baselines offer it

@@ -12,14 +12,7 @@ from __future__ import annotations
 from eval_protocol.models import EvaluationRow
 from eval_protocol.pytest.types import RolloutProcessorConfig
 
-from spectrum_rft.rollouts.driver import ARGS_MAX_CHARS, ARGS_PREVIEW_CHARS, run_tools, stored_arguments  # noqa: F401
-from spectrum_rft.rollouts.episode import InProcessEpisode  # noqa: F401  (re-exported: the path's public names)
-from spectrum_rft.rollouts.failures import FAILURE_CAUSES, MODEL_FAILURE  # noqa: F401
-from spectrum_rft.rollouts.loop import SpectrumRolloutProcessor, in_process_episode, mark_model_failure  # noqa: F401
-from spectrum_rft.rollouts.model_calls import (RolloutConfigError, backoff_delay, endpoint_of,  # noqa: F401
-                                               failure_cause, failure_detail)
-from spectrum_rft.rollouts.scripted import SCRIPTED_MODEL_PREFIX  # noqa: F401
-from spectrum_rft.task.environment import NUDGE  # noqa: F401
+from spectrum_rft.rollouts.loop import SpectrumRolloutProcessor, in_process_episode
 
 
 class SpectrumTurnRolloutProcessor(SpectrumRolloutProcessor):
