@@ -10,7 +10,7 @@
   ``spectrum-rft eval`` and the verifiers harness run) and :class:`~spectrum_rft.rollouts.model_calls.ModelCaller`
   (the evaluator's retries and failure causes); :func:`openai_request` makes its ``request``.
 * :class:`OpenEnvToolEnv` is the shape TRL's ``GRPOTrainer(environment_factory=...)`` asks for: ``reset``,
-  the row's tools as methods, ``get_reward``.
+  the row's tools as methods (``OpenEnvToolEnv.for_mode(memory_mode)``: exactly the mode's), ``get_reward``.
 """
 
 from __future__ import annotations
@@ -23,9 +23,11 @@ from openenv.core.env_client import EnvClient
 from spectrum_openenv.models import SpectrumAction, SpectrumObservation, SpectrumState
 from spectrum_rft.rollouts.episode import Opening, max_model_calls
 from spectrum_rft.task.environment import ToolResult
+from spectrum_rft.task.instructions import tool_schemas
 from spectrum_rft.task.scan_format import with_next_scan
-from spectrum_rft.training.spectrum.trl_env import SpectrumNotepadToolEnv as _TrlDeclarations
-from spectrum_rft.training.spectrum.trl_env import not_a_tool
+from spectrum_rft.training.spectrum.trl_env import not_a_tool, tool_env_class
+
+_FOR_MODE: dict[tuple[str, str], type] = {}  # OpenEnvToolEnv.for_mode's classes, by (tool set, preset)
 
 
 class SpectrumEnvClient(EnvClient[SpectrumAction, SpectrumObservation, SpectrumState]):
@@ -116,14 +118,27 @@ class OpenEnvToolEnv:
     """One rollout's session in the shape TRL's ``GRPOTrainer(environment_factory=...)`` asks for: ``reset``
     starts the row's episode and returns scan 1's text, the tools are methods (one call is one model turn; the
     env judges the arguments), ``get_reward`` is the env's score. Each instance holds its own session on the
-    server at ``base_url``. The tool methods are the project's TRL adapter's declarations for the default
-    preset (:mod:`spectrum_rft.training.spectrum.trl_env`, made from the env's ``tool_schemas()``): TRL
-    renders the same schema from them as for in-process training. In the non-notepad modes the notepad
-    methods are refused by the env (counted as a fault), as an unlisted tool is on every path."""
+    server at ``base_url``. This base class has no tools: :meth:`for_mode` makes the class of a memory mode,
+    whose methods are exactly that mode's tools, the project's TRL adapter's declarations
+    (:func:`spectrum_rft.training.spectrum.trl_env.tool_env_class`, made from the env's ``tool_schemas()``), so
+    TRL renders the schema in-process training reads; a row of another tool set is refused on ``reset``."""
 
-    submit_report = _TrlDeclarations.submit_report  # each hands the model's arguments to call(name, arguments)
-    notepad_read = _TrlDeclarations.notepad_read
-    notepad_write = _TrlDeclarations.notepad_write
+    TOOL_SET: str | None = None  # set by for_mode
+    PRESET: str | None = None
+
+    @classmethod
+    def for_mode(cls, memory_mode: str, preset: str = "default") -> type["OpenEnvToolEnv"]:
+        """The class whose tools are ``memory_mode``'s on ``preset`` (one per tool set and preset)."""
+        declared = tool_env_class(memory_mode, preset)
+        key = (declared.TOOL_SET, declared.PRESET)
+        if key not in _FOR_MODE:
+            tools = {t["function"]["name"]: getattr(declared, t["function"]["name"])
+                     for t in tool_schemas(memory_mode, preset)}
+            _FOR_MODE[key] = type(f"OpenEnv{declared.__name__}", (cls,),
+                                  {"TOOL_SET": declared.TOOL_SET, "PRESET": declared.PRESET, **tools,
+                                   "__module__": __name__, "__doc__": f"{cls.__name__} with the tools of tool set "
+                                   f"{declared.TOOL_SET!r} on preset {declared.PRESET!r}."})
+        return _FOR_MODE[key]
 
     def __init__(self, base_url: str):
         self._client = SpectrumEnvClient(base_url=base_url).sync()
@@ -133,6 +148,13 @@ class OpenEnvToolEnv:
     def reset(self, row_id: str, environment_context: dict | None = None, **_: Any) -> str:
         """Start the episode of the dataset row ``row_id`` (its ``environment_context``, as ``make_rows``
         writes it); the other dataset columns are ignored."""
+        ctx = environment_context or {}
+        if self.TOOL_SET is not None and "memory_mode" in ctx:
+            mine = tool_env_class(ctx["memory_mode"], ctx.get("preset") or "default")
+            if (mine.TOOL_SET, mine.PRESET) != (self.TOOL_SET, self.PRESET):
+                raise ValueError(f"row {row_id!r} plays tool set {mine.TOOL_SET!r} on {mine.PRESET!r}, but "
+                                 f"{type(self).__name__} has the tools of {self.TOOL_SET!r} on {self.PRESET!r}; use "
+                                 f"OpenEnvToolEnv.for_mode(memory_mode, preset)")
         info = {"environment_context": environment_context} if environment_context is not None else None
         self._last = self._client.reset(row_id=row_id, dataset_info=info).observation
         return self._last.prompt

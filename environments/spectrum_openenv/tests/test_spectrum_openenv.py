@@ -28,6 +28,7 @@ from spectrum_openenv import OpenEnvEpisode, OpenEnvToolEnv, SpectrumAction, Spe
 from spectrum_openenv.client import openai_request  # noqa: E402
 from spectrum_rft.rollouts.dataset import make_rows  # noqa: E402
 from spectrum_rft.task.environment import env_for_row  # noqa: E402
+from spectrum_rft.training.spectrum.trl_env import tool_names  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "tests"))  # the loopback model (tests/loopback_llm.py)
@@ -255,11 +256,18 @@ def test_tool_env_for_trl(server):
     row_id, info = _row(0)
     env, seed = env_for_row(row_id, info)
     obs0, _ = env.reset(seed)
-    tool_env = OpenEnvToolEnv(server)
+    cls = OpenEnvToolEnv.for_mode(info["environment_context"]["memory_mode"])
+    assert cls is OpenEnvToolEnv.for_mode("scaffold") and cls is not OpenEnvToolEnv.for_mode("notepad")
+    assert tool_names(object.__new__(cls)) == {"submit_report"}  # the row's tools exactly: no notepad in scaffold
+    assert tool_names(object.__new__(OpenEnvToolEnv.for_mode("notepad"))) == {"submit_report", "notepad_read",
+                                                                             "notepad_write"}
+    tool_env = cls(server)
     try:
+        with pytest.raises(ValueError, match="use OpenEnvToolEnv.for_mode"):  # a notepad row on the scaffold class
+            tool_env.reset(row_id=row_id, environment_context={**info["environment_context"], "memory_mode": "notepad"})
         assert tool_env.reset(row_id=row_id, environment_context=info["environment_context"], prompt="x") \
             == obs0["prompt"]
-        assert "notepad_read is not available" in tool_env.notepad_read()  # scaffold: no notepad
+        assert "notepad_read is not available" in tool_env.call("notepad_read", {})  # the env still judges any call
         env.call_tool("notepad_read", {}, first=True, last=True)
         texts = []
         while not env.done:
