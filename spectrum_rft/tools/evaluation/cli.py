@@ -294,6 +294,58 @@ def scans_to_play(dataset: Path) -> int:
     return total
 
 
+def _checked_settings(preset: str, memory_mode: str | None, reward: str, prompt: str,
+                      max_calls_per_scan: int | None) -> tuple[str, str, str]:
+    """The run's preset, memory mode and reward, checked before any work and named by their versions (``default``
+    -> ``default-v2`` / ``match_iou``), as the rows record them."""
+    from spectrum_rft.rollouts.dataset import check_row_preset  # noqa: PLC0415
+    from spectrum_rft.task.config import EnvConfig, default_memory_mode  # noqa: PLC0415
+
+    memory_mode = memory_mode or default_memory_mode(prompt)
+    check_row_preset(preset)
+    cfg = EnvConfig(preset=preset, memory_mode=memory_mode, reward=reward, prompt=prompt,
+                    **({"max_calls_per_scan": max_calls_per_scan} if max_calls_per_scan is not None else {}))
+    return cfg.preset, memory_mode, cfg.reward
+
+
+def _rows_to_resume(out: Path, dataset: Path, specs: list[ModelSpec], all_ids: list, rows: int) -> tuple[list, Path, int]:
+    """``--resume``: the finished rows kept per model, the dataset of the rows some model has not finished, and
+    their count; an error when none is left."""
+    try:
+        kept = kept_rows(out, dataset, specs)
+    finally:
+        dataset.unlink(missing_ok=True)
+    done = [{row_identity(r) for r in rs} for rs in kept]
+    todo = [i for i in all_ids if any(i not in d for d in done)]
+    lines = [x for x in (out / "dataset.jsonl").read_text().splitlines() if x.strip()]
+    dataset = out / "dataset.resume.jsonl"
+    wanted = set(todo)
+    dataset.write_text("".join(x + "\n" for x in lines if row_identity(json.loads(x)) in wanted))
+    if not todo:
+        raise EvalError(f"--resume: every row of the run in {out} is finished; nothing to resume")
+    print(f"resume: {sum(len(v) for v in kept)} finished rows kept, {len(todo)} of {rows} rows to run",
+          file=sys.stderr, flush=True)
+    return kept, dataset, len(todo)
+
+
+def _merge_kept(by_model: dict[str, list[dict]], specs: list[ModelSpec], kept: list[list[dict]], all_ids: list) -> None:
+    """``--resume``: each model's kept rows and this run's, in dataset order (a row it had finished: the kept one)."""
+    order = {i: k for k, i in enumerate(all_ids)}
+    for spec, mine in zip(specs, kept):
+        have = {row_identity(r) for r in mine}
+        new = [in_the_whole_dataset(r, order) for r in by_model.get(spec.label, []) if row_identity(r) not in have]
+        by_model[spec.label] = sorted(mine + new, key=lambda r: order.get(row_identity(r), len(order)))
+
+
+def _plot(models: dict, displays: dict, out: Path, title: str) -> str | None:
+    """Each model's per-scan curve (+- 1 SE over rows) in ``out/per_scan_reward.png``; None when no row scored."""
+    curves = {displays[k]: v["per_scan_reward"] for k, v in models.items() if v.get("per_scan_reward")}
+    if not curves:
+        return None
+    bands = {displays[k]: v.get("per_scan_reward_se") for k, v in models.items() if v.get("per_scan_reward")}
+    return str(plot_per_scan(curves, out / "per_scan_reward.png", title, bands))
+
+
 def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset: str = "default",
              memory_mode: str | None = None, reward: str = "default", prompt: str = "explicit", salt: str = "",
              max_calls_per_scan: int | None = None, concurrency: int = 16, timeout: float = 1800.0,
@@ -310,9 +362,7 @@ def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset:
     ``stopped`` (``"timeout"``, ``"interrupted"``, ``"aborted"``), ``aborted`` (the watchdog's message),
     ``cut_off`` (the models with unfinished rows) and, per model, ``rows_unfinished`` and
     ``unfinished_row_ids``. A local model server started here is watched too (it exiting aborts the run)."""
-    from spectrum_rft.rollouts.dataset import check_row_preset, write_jsonl  # noqa: PLC0415
-    from spectrum_rft.task.config import default_memory_mode  # noqa: PLC0415
-    from spectrum_rft.task.config import EnvConfig  # noqa: PLC0415
+    from spectrum_rft.rollouts.dataset import write_jsonl  # noqa: PLC0415
 
     started = time.monotonic()  # the timeout counts from here: building the dataset is part of the run
     if dataset_rows is not None:  # a user's rows: they carry their settings (the summary names them, or "mixed")
@@ -320,11 +370,7 @@ def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset:
         preset, memory_mode, reward, prompt = (_row_setting(dataset_rows, k) for k in
                                                ("preset", "memory_mode", "reward", "prompt"))
     else:
-        memory_mode = memory_mode or default_memory_mode(prompt)
-        check_row_preset(preset)
-        cfg = EnvConfig(preset=preset, memory_mode=memory_mode, reward=reward, prompt=prompt,  # validate before any work
-                        **({"max_calls_per_scan": max_calls_per_scan} if max_calls_per_scan is not None else {}))
-        preset, reward = cfg.preset, cfg.reward  # the versions (default -> default-v2 / match_iou), as the rows record
+        preset, memory_mode, reward = _checked_settings(preset, memory_mode, reward, prompt, max_calls_per_scan)
     if rows < 1 or concurrency < 1 or not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
         raise ValueError("rows and concurrency must be >= 1 and timeout a finite number of seconds > 0")
     if rows > MAX_ROWS:
@@ -343,22 +389,9 @@ def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset:
                                 prompt=prompt, salt=salt, max_calls_per_scan=max_calls_per_scan)
     all_ids = [row_identity(json.loads(line)) for line in dataset.read_text().splitlines() if line.strip()]
     kept: list[list[dict]] = []
+    n_run = len(all_ids)
     if resume:  # run only the rows some model has not finished; keep the rest
-        try:
-            kept = kept_rows(out, dataset, specs)
-        finally:
-            dataset.unlink(missing_ok=True)
-        done = [{row_identity(r) for r in rs} for rs in kept]
-        todo = [i for i in all_ids if any(i not in d for d in done)]
-        lines = [x for x in (out / "dataset.jsonl").read_text().splitlines() if x.strip()]
-        dataset = out / "dataset.resume.jsonl"
-        wanted = set(todo)
-        dataset.write_text("".join(x + "\n" for x in lines if row_identity(json.loads(x)) in wanted))
-        if not todo:
-            raise EvalError(f"--resume: every row of the run in {out} is finished; nothing to resume")
-        print(f"resume: {sum(len(v) for v in kept)} finished rows kept, {len(todo)} of {rows} rows to run",
-              file=sys.stderr, flush=True)
-    n_run = len(all_ids) if not resume else len(todo)
+        kept, dataset, n_run = _rows_to_resume(out, dataset, specs, all_ids, rows)
     bar = Progress(len(specs), n_run, path, enabled=progress, scans=scans_to_play(dataset))
     dogs = list(watchdogs)
     with ExitStack() as stack:
@@ -373,23 +406,15 @@ def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset:
         finally:
             bar.finish()
     wall = round(time.monotonic() - started, 2)
-    if resume:  # the kept rows and this run's, each model's in dataset order (a row it had finished: the kept one)
-        order = {i: k for k, i in enumerate(all_ids)}
-        for spec, mine in zip(specs, kept):
-            have = {row_identity(r) for r in mine}
-            new = [in_the_whole_dataset(r, order) for r in run.by_model.get(spec.label, []) if row_identity(r) not in have]
-            run.by_model[spec.label] = sorted(mine + new, key=lambda r: order.get(row_identity(r), len(order)))
+    if resume:
+        _merge_kept(run.by_model, specs, kept, all_ids)
         dataset.unlink(missing_ok=True)
     models, cut_off = write_model_rows(specs, run, all_ids, rows, out / "rows.jsonl")
     displays = {s.label: s.display for s in specs}
     plot = None
-    curves = {displays[k]: v["per_scan_reward"] for k, v in models.items() if v.get("per_scan_reward")}
-    if run.stopped != "interrupted" and curves:  # after Ctrl-C, or with no row scored: no (blank) figure
-        bands = {displays[k]: v.get("per_scan_reward_se") for k, v in models.items() if v.get("per_scan_reward")}
-        plot = str(plot_per_scan(curves,
-                                 out / "per_scan_reward.png",
-                                 f"{path} path, preset {preset}, memory {memory_mode}, reward {reward}, {rows} rows "
-                                 "(band: +- 1 SE over rows)", bands))
+    if run.stopped != "interrupted":  # after Ctrl-C: no (blank) figure
+        plot = _plot(models, displays, out, f"{path} path, preset {preset}, memory {memory_mode}, reward {reward}, "
+                                            f"{rows} rows (band: +- 1 SE over rows)")
     summary = {
         "rows": rows, "path": path, "preset": preset, "memory_mode": memory_mode, "reward": reward, "prompt": prompt,
         "models": models, "plot": plot, "out": str(out), "log": str(out / "pytest.log"), "wall_s": wall,

@@ -286,7 +286,7 @@ def print_whole(a: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="spectrum-rft memory-report", description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="*", help="`spectrum-rft train` run directories (both arms, every seed)")
     ap.add_argument("--panel-warm", metavar="FILE", help="the held-out panel: the warm start's scan-eval --out file")
@@ -310,37 +310,24 @@ def main(argv: list[str] | None = None) -> int:
                          "--model accumulate) on the same bands")
     ap.add_argument("--png", default=None, help="curves PNG (default: <first run's parent>/memory_curves.png)")
     ap.add_argument("--json", action="store_true")
-    a = ap.parse_args(argv)
-    if not a.runs and not a.panel_warm and not a.whole_warm:
-        ap.error("give run directories, a held-out panel (--panel-warm, ...) or whole episodes (--whole-warm, ...)")
-    if a.whole_warm:
-        code = print_whole(a)
-        if code or not (a.runs or a.panel_warm):
-            return code
-        print()
-    try:
-        runs = [load_run(Path(p)) for p in a.runs]
-        held = heldout_table(a.heldout)
-        panel = panel_verdict(load_result(a.panel_warm), _seed_files(a.panel_real, "--panel-real"),
-                              _seed_files(a.panel_control, "--panel-control")) if a.panel_warm else None
-    except (ValueError, OSError, KeyError, json.JSONDecodeError) as e:  # Unpaired is a ValueError
-        print(f"spectrum-rft memory-report: {e}", file=sys.stderr)
-        return 2
-    if panel is not None:
-        if a.json and not runs:
-            print(json.dumps({"panel": panel}, indent=2))
-            return 0
-        print("held-out rule (pre-registered, issue 28): per seed, paired by scan, d_s = beyond_current(real_s) - "
-              "beyond_current(control_s), u_s = beyond_current(real_s) - beyond_current(warm start)")
-        for x in panel["seeds"]:
-            print(f"  seed {x['seed']}: d {x['d']:+.4f} (se {fmt(x['d_se'], 4)})  u {x['u']:+.4f} "
-                  f"(se {fmt(x['u_se'], 4)})  {x['scans']} scans")
-        if "d" in panel:
-            print(f"  mean d = {panel['d']:+.4f}, SE = {panel['se']:.4f}, 2 SE = {panel['threshold']:.4f}")
-        print(f"verdict (held-out, primary): {panel['verdict'].upper()} ({panel['why']})")
-        if not runs:
-            return 0
-        print()
+    return ap
+
+
+def print_panel(panel: dict) -> None:
+    """Section 11's held-out panel rule, seed by seed, and its verdict."""
+    print("held-out rule (pre-registered, issue 28): per seed, paired by scan, d_s = beyond_current(real_s) - "
+          "beyond_current(control_s), u_s = beyond_current(real_s) - beyond_current(warm start)")
+    for x in panel["seeds"]:
+        print(f"  seed {x['seed']}: d {x['d']:+.4f} (se {fmt(x['d_se'], 4)})  u {x['u']:+.4f} "
+              f"(se {fmt(x['u_se'], 4)})  {x['scans']} scans")
+    if "d" in panel:
+        print(f"  mean d = {panel['d']:+.4f}, SE = {panel['se']:.4f}, 2 SE = {panel['threshold']:.4f}")
+    print(f"verdict (held-out, primary): {panel['verdict'].upper()} ({panel['why']})")
+
+
+def training_result(runs: list, held: list, panel: dict | None, png_arg: str | None, first_run: str) -> dict:
+    """Every run's curves (first and last third), learning signal and group signal, section 10's training-curve
+    verdict, and the curves' PNG (``png_arg``: a path, "" for none, None for the first run's parent)."""
     real = [r for r in runs if r.memory_mode == REAL_ECHO]
     control = [r for r in runs if r.memory_mode == CONTROL_ECHO]
     result = {"runs": [], "heldout": held, "panel": panel}
@@ -353,12 +340,14 @@ def main(argv: list[str] | None = None) -> int:
         result["runs"].append(entry)
     result["verdict"] = verdict(real, control) if real and control else {
         "verdict": "inconclusive", "seeds": [], "why": "needs runs of both arms (scaffold and scrambled)"}
-    png = Path(a.png) if a.png else Path(a.runs[0]).resolve().parent / "memory_curves.png"
-    result["png"] = str(plot(runs, png)) if a.png != "" else None
-    if a.json:
-        print(json.dumps(result, indent=2))
-        return 0
-    print(f"memory-report: {len(runs)} run(s); per run: first third -> last third of its steps (change)")
+    png = Path(png_arg) if png_arg else Path(first_run).resolve().parent / "memory_curves.png"
+    result["png"] = str(plot(runs, png)) if png_arg != "" else None
+    return result
+
+
+def print_training(result: dict, held: list) -> None:
+    """The training runs' report as text (what ``--json`` writes as JSON)."""
+    print(f"memory-report: {len(result['runs'])} run(s); per run: first third -> last third of its steps (change)")
     for k in CURVES:
         print(f"\n{k}:")
         for e in result["runs"]:
@@ -396,4 +385,37 @@ def main(argv: list[str] | None = None) -> int:
                   f"{fmt(h['dormant_recall']):>9}{skipped:>10}")
     if result["png"]:
         print(f"\ncurves: {result['png']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    a = ap.parse_args(argv)
+    if not a.runs and not a.panel_warm and not a.whole_warm:
+        ap.error("give run directories, a held-out panel (--panel-warm, ...) or whole episodes (--whole-warm, ...)")
+    if a.whole_warm:
+        code = print_whole(a)
+        if code or not (a.runs or a.panel_warm):
+            return code
+        print()
+    try:
+        runs = [load_run(Path(p)) for p in a.runs]
+        held = heldout_table(a.heldout)
+        panel = panel_verdict(load_result(a.panel_warm), _seed_files(a.panel_real, "--panel-real"),
+                              _seed_files(a.panel_control, "--panel-control")) if a.panel_warm else None
+    except (ValueError, OSError, KeyError, json.JSONDecodeError) as e:  # Unpaired is a ValueError
+        print(f"spectrum-rft memory-report: {e}", file=sys.stderr)
+        return 2
+    if panel is not None:
+        if a.json and not runs:
+            print(json.dumps({"panel": panel}, indent=2))
+            return 0
+        print_panel(panel)
+        if not runs:
+            return 0
+        print()
+    result = training_result(runs, held, panel, a.png, a.runs[0] if a.runs else "")
+    if a.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print_training(result, held)
     return 0
