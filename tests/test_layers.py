@@ -499,3 +499,21 @@ def test_mode_and_reward_names_are_spelled_in_task_alone(tmp_path):
     probe.write_text('"""A docstring may say scaffold."""\n\ndef arm(mode):\n    return mode == "scrambled" or "match_iou"\n')
     assert sorted(_name_literals({"spectrum_rft.tools.probe": probe})) == [
         "spectrum_rft.tools.probe:4: 'match_iou'", "spectrum_rft.tools.probe:4: 'scrambled'"]
+
+
+MAX_FUNCTION_LINES = 80  # a function a reader takes in at once; past it, its parts get names
+
+
+def _long_functions(files: dict[str, Path]) -> list[str]:
+    return [f"{mod}:{node.lineno}: {node.name} has {node.end_lineno - node.lineno + 1} lines"
+            for mod, path in files.items() for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
+
+
+def test_no_function_over_80_lines(tmp_path):
+    bad = _long_functions(MODULES)
+    assert not bad, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(bad)
+    probe = tmp_path / "probe.py"
+    probe.write_text("def long():\n" + "    x = 1\n" * 80)
+    assert _long_functions({"spectrum_rft.tools.probe": probe}) == ["spectrum_rft.tools.probe:1: long has 81 lines"]

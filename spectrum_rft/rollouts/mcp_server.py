@@ -198,6 +198,26 @@ def _param(schema: dict, required: bool) -> Any:
     return Annotated[kind, WithJsonSchema(schema), field]
 
 
+async def _delete_session(app: Any, path: str, host: bytes, port: int, header: bytes, session_id: str) -> None:
+    """What a client's DELETE of ``session_id`` would have done, sent by the server to itself through ``app``."""
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "DELETE",
+             "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
+             "root_path": "", "headers": [(b"host", host), (header, session_id.encode())],
+             "client": ("127.0.0.1", 0), "server": ("127.0.0.1", port), "state": {}}
+    sent = []
+
+    async def receive():
+        if sent:
+            return {"type": "http.disconnect"}
+        sent.append(True)
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def discard(message):
+        pass
+
+    await app(scope, receive, discard)
+
+
 class SpectrumMcp(McpGym):
     """``McpGym`` over :class:`SpectrumEnv` (see the module docstring)."""
 
@@ -382,25 +402,6 @@ class SpectrumMcp(McpGym):
         header = MCP_SESSION_ID_HEADER.lower().encode()
         host = f"{self.mcp.settings.host}:{self.mcp.settings.port}".encode()
 
-        async def end_session(session_id: str) -> None:
-            """What the client's DELETE would have done, sent by the server to itself through the app."""
-            scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "DELETE",
-                     "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
-                     "root_path": "", "headers": [(b"host", host), (header, session_id.encode())],
-                     "client": ("127.0.0.1", 0), "server": ("127.0.0.1", self.mcp.settings.port), "state": {}}
-            sent = []
-
-            async def receive():
-                if sent:
-                    return {"type": "http.disconnect"}
-                sent.append(True)
-                return {"type": "http.request", "body": b"", "more_body": False}
-
-            async def discard(message):
-                pass
-
-            await app(scope, receive, discard)
-
         async def reap_idle() -> None:
             while True:
                 await anyio.sleep(sessions.tick)
@@ -408,7 +409,7 @@ class SpectrumMcp(McpGym):
                     sessions.forget(session_id)
                     sessions.reaped += 1
                     try:
-                        await end_session(session_id)
+                        await _delete_session(app, path, host, self.mcp.settings.port, header, session_id)
                     except Exception as e:  # noqa: BLE001 - one session's failure must not stop the reaper
                         logger.warning("ending idle session %s failed: %s: %s", session_id[:16], type(e).__name__, e)
 

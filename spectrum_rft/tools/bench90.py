@@ -606,18 +606,11 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: list[str] | None = None) -> int:
-    from spectrum_rft.tools.evaluation.cli import signals_stop_the_run  # noqa: PLC0415
-
-    with signals_stop_the_run():  # SIGTERM/SIGHUP stop the command as Ctrl-C does: finished runs are kept
-        return _main(argv)
-
-
-def _main(argv: list[str] | None) -> int:
+def _settings(ap: argparse.ArgumentParser, a: argparse.Namespace) -> tuple[dict, str, int, str, int | None]:
+    """The command's checked settings: the completion params (extra), the path (via), the runs, tool_choice and
+    max_tokens (an error through ``ap`` for a bad one)."""
     from spectrum_rft.tools.local_llm import DEFAULT_MAX_TOKENS  # noqa: PLC0415
 
-    ap = build_parser()
-    a = ap.parse_args(argv)
     try:
         extra = json.loads(a.completion_params) if a.completion_params else None
     except ValueError as e:
@@ -652,6 +645,62 @@ def _main(argv: list[str] | None) -> int:
         # The command owns its process: stdout is the result (a table or JSON), so litellm's "Give Feedback"
         # banner, printed to stdout on every failed request, is switched off here (never at import).
         litellm.suppress_debug_info = True
+    return extra, via, runs, tool_choice, max_tokens
+
+
+def _announce(a: argparse.Namespace, runs: int, systems: list[str], todo: int, out: Path | None, progress) -> None:
+    """The line a model run starts with: what it plays, how much, and what a stop keeps."""
+    what = f"{runs} run{'s' if runs != 1 else ''}" + (f" + {runs} of the stateless baseline (the gain)"
+                                                        if len(systems) > 1 else "")
+    print(f"spectrum-rft bench90: {a.model} under {a.system}: {what}, {todo} to play ({todo * BENCH90.n_scans} "
+          f"scans, a model call or more each, {min(a.concurrency, runs)} at a time); "
+          f"{'' if runs == N_RUNS else f'--runs {N_RUNS} plays all the benchmark runs; '}"
+          f"a time estimate follows the first scan"
+          + ("" if out is not None else "; without --out a stopped run keeps nothing"),
+          file=progress, flush=True)
+
+
+def _report(a: argparse.Namespace, result: dict, stateless: dict | None, clock: "Clock | None", progress,
+            out: Path | None) -> int:
+    """What a finished command says: failures and row errors first (stderr), the summary under ``--out``, then the
+    table or JSON; the exit status (1 with any error or failure)."""
+    add_gain(result, stateless)
+    # what went wrong first, then the table: a model with no result is said to have failed before anything else
+    if result.get("failed"):
+        print(f"spectrum-rft bench90: {a.model}: FAILED: {result['failed']}: no result", file=sys.stderr)
+    if stateless is not None and stateless is not result and stateless.get("failed"):
+        print(f"spectrum-rft bench90: {a.model} stateless: FAILED: {stateless['failed']}: no gain", file=sys.stderr)
+    for e in result["errors"]:
+        print(f"spectrum-rft bench90: row error: {' '.join(str(e).split())[:400]}", file=sys.stderr)
+    if clock is not None and progress is not None:
+        print(f"spectrum-rft bench90: {clock.total_runs} runs played in {duration(clock.now() - clock.t0)}",
+              file=progress)
+    if out is not None:
+        from spectrum_rft.tools.evaluation.cli import write_atomic  # noqa: PLC0415
+
+        plot = plot_runs(out, result, stateless)
+        result["out"], result["plot"] = str(out), None if plot is None else str(plot)
+        write_atomic(out / "summary.json", json.dumps(result, indent=2) + "\n")
+    sys.stderr.flush()
+    if a.json:  # the per-scan curve (180 numbers) is in summary.json under --out, not here
+        print(json.dumps({k: v for k, v in result.items() if k not in CURVE_KEYS}, indent=2))
+    else:
+        print(format_table(result))
+        if out is not None:
+            print(f"\nruns, summary: {out}\nplot: {result['plot'] or 'none (no result)'}")
+    return 1 if result["errors"] or result.get("failed") else 0
+
+def main(argv: list[str] | None = None) -> int:
+    from spectrum_rft.tools.evaluation.cli import signals_stop_the_run  # noqa: PLC0415
+
+    with signals_stop_the_run():  # SIGTERM/SIGHUP stop the command as Ctrl-C does: finished runs are kept
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
+    ap = build_parser()
+    a = ap.parse_args(argv)
+    extra, via, runs, tool_choice, max_tokens = _settings(ap, a)
     progress = None if a.quiet else sys.stderr
     options = {"think": a.think, "concurrency": a.concurrency, "token_budget": a.token_budget or None,
                "llm_tries": a.llm_tries, "temperature": a.temperature, "max_tokens": max_tokens or None,
@@ -686,14 +735,7 @@ def _main(argv: list[str] | None) -> int:
         todo = sum(1 for s in systems for r in range(runs) if store is None or r not in store.kept(s))
         clock = Clock(todo, progress) if via == "processor" else None
         if via == "processor" and progress is not None:
-            what = f"{runs} run{'s' if runs != 1 else ''}" + (f" + {runs} of the stateless baseline (the gain)"
-                                                                if len(systems) > 1 else "")
-            print(f"spectrum-rft bench90: {a.model} under {a.system}: {what}, {todo} to play ({todo * BENCH90.n_scans} "
-                  f"scans, a model call or more each, {min(a.concurrency, runs)} at a time); "
-                  f"{'' if runs == N_RUNS else f'--runs {N_RUNS} plays all the benchmark runs; '}"
-                  f"a time estimate follows the first scan"
-                  + ("" if out is not None else "; without --out a stopped run keeps nothing"),
-                  file=progress, flush=True)
+            _announce(a, runs, systems, todo, out, progress)
         result = evaluate(a.model, a.system, runs, via, a.prompt, store=store, clock=clock, **options)
         if a.system == "stateless":
             stateless = result
@@ -712,31 +754,7 @@ def _main(argv: list[str] | None) -> int:
     except (ValueError, RuntimeError, OSError) as e:
         print(f"spectrum-rft bench90: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
-    add_gain(result, stateless)
-    # what went wrong first, then the table: a model with no result is said to have failed before anything else
-    if result.get("failed"):
-        print(f"spectrum-rft bench90: {a.model}: FAILED: {result['failed']}: no result", file=sys.stderr)
-    if stateless is not None and stateless is not result and stateless.get("failed"):
-        print(f"spectrum-rft bench90: {a.model} stateless: FAILED: {stateless['failed']}: no gain", file=sys.stderr)
-    for e in result["errors"]:
-        print(f"spectrum-rft bench90: row error: {' '.join(str(e).split())[:400]}", file=sys.stderr)
-    if clock is not None and progress is not None:
-        print(f"spectrum-rft bench90: {clock.total_runs} runs played in {duration(clock.now() - clock.t0)}",
-              file=progress)
-    if out is not None:
-        from spectrum_rft.tools.evaluation.cli import write_atomic  # noqa: PLC0415
-
-        plot = plot_runs(out, result, stateless)
-        result["out"], result["plot"] = str(out), None if plot is None else str(plot)
-        write_atomic(out / "summary.json", json.dumps(result, indent=2) + "\n")
-    sys.stderr.flush()
-    if a.json:  # the per-scan curve (180 numbers) is in summary.json under --out, not here
-        print(json.dumps({k: v for k, v in result.items() if k not in CURVE_KEYS}, indent=2))
-    else:
-        print(format_table(result))
-        if out is not None:
-            print(f"\nruns, summary: {out}\nplot: {result['plot'] or 'none (no result)'}")
-    return 1 if result["errors"] or result.get("failed") else 0
+    return _report(a, result, stateless, clock, progress, out)
 
 
 if __name__ == "__main__":

@@ -411,10 +411,9 @@ def run_eval(specs: list[ModelSpec], *, path: str, rows: int, out: Path, preset:
         dataset.unlink(missing_ok=True)
     models, cut_off = write_model_rows(specs, run, all_ids, rows, out / "rows.jsonl")
     displays = {s.label: s.display for s in specs}
-    plot = None
-    if run.stopped != "interrupted":  # after Ctrl-C: no (blank) figure
-        plot = _plot(models, displays, out, f"{path} path, preset {preset}, memory {memory_mode}, reward {reward}, "
-                                            f"{rows} rows (band: +- 1 SE over rows)")
+    plot = None if run.stopped == "interrupted" else _plot(  # after Ctrl-C: no (blank) figure
+        models, displays, out, f"{path} path, preset {preset}, memory {memory_mode}, reward {reward}, {rows} rows "
+                               "(band: +- 1 SE over rows)")
     summary = {
         "rows": rows, "path": path, "preset": preset, "memory_mode": memory_mode, "reward": reward, "prompt": prompt,
         "models": models, "plot": plot, "out": str(out), "log": str(out / "pytest.log"), "wall_s": wall,

@@ -55,6 +55,47 @@ from .options import DEFAULT_BASE_URL, DEFAULTS, EPOCH_MODES, LOSS_METHODS, Laun
 from .plan import Plan, build_plan, describe_start, write_dataset
 
 
+def _add_job_args(ap: argparse.ArgumentParser) -> None:
+    """The RFT job's options (its training, inference and naming settings)."""
+    g = ap.add_argument_group("job")
+    g.add_argument("--base-model", default=None, help="the Fireworks model to fine-tune (trainingConfig.baseModel), "
+                   f"accounts/<account>/models/<model> (a bare name is refused; default {DEFAULTS['base_model']})")
+    g.add_argument("--warm-start-from", default=None, metavar="MODEL", help="instead: warm start from a PEFT model, "
+                   "e.g. an SFT run's (trainingConfig.warmStartFrom; refused with --base-model)")
+    g.add_argument("--source-job", default=None, metavar="JOB", help="instead: warm start from an earlier RFT job's "
+                   "output model, read through the SDK before anything is created")
+    g.add_argument("--learning-rate", type=float, default=DEFAULTS["learning_rate"])
+    g.add_argument("--learning-rate-warmup-steps", type=int, default=None,
+                   help="trainingConfig.learningRateWarmupSteps (default: the platform's)")
+    g.add_argument("--temperature", type=float, default=DEFAULTS["temperature"])
+    g.add_argument("--max-output-tokens", type=int, default=DEFAULTS["max_output_tokens"])
+    g.add_argument("--response-candidates", type=int, default=DEFAULTS["response_candidates"])
+    g.add_argument("--max-concurrent-rollouts", type=int, default=DEFAULTS["max_concurrent_rollouts"])
+    g.add_argument("--max-concurrent-evaluations", type=int, default=None,
+                   help="maxConcurrentEvaluations (default: the platform's)")
+    g.add_argument("--node-count", "--nodes", type=int, default=None, help="nodeCount (default: the platform's, 1)")
+    g.add_argument("--loss", choices=LOSS_METHODS, default=DEFAULTS["loss"])
+    g.add_argument("--kl-beta", type=float, default=None, help="lossConfig.klBeta (default: the trainer's)")
+    g.add_argument("--lora-rank", type=int, default=None, help="trainingConfig.loraRank (default: the platform's)")
+    g.add_argument("--max-context-length", type=int, default=None, help="trainingConfig.maxContextLength (default: "
+                   "the model's); refused below what a windowed episode of the arm needs (the dry run says how much)")
+    g.add_argument("--batch-size", type=int, default=None, help="trainingConfig.batchSize, tokens per packed batch "
+                   "(default: the platform's); refused below one episode")
+    g.add_argument("--top-p", type=float, default=None)
+    g.add_argument("--top-k", type=int, default=None)
+    g.add_argument("--extra-body", default=None, help="JSON for inference_parameters.extra_body")
+    g.add_argument("--chunk-size", type=int, default=None, help="default: --rows in fresh mode, unset in repeat "
+                   "(the platform's: 200, when the dataset has more than 300 rows)")
+    g.add_argument("--mcp-server", default=None, metavar="NAME", help="mcpServer, an MCP server resource name "
+                   "(default: none)")
+    g.add_argument("--output-model", default=None, help="default: spectrum-ARM-TAG")
+    g.add_argument("--job-id", default=None)
+    g.add_argument("--tag", default=None, help="id suffix (default: UTC time YYYYmmdd-HHMMSS)")
+    g.add_argument("--base-url", default=None, help="API base URL (default: FIREWORKS_BASE_URL or the cloud)")
+    g.add_argument("--max-retries", type=int, default=0, help="SDK retries per request (default 0: a retried "
+                   "create can create twice)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from spectrum_rft.tools.evaluation.cli import OneLineParser  # noqa: PLC0415  (a usage error is one line)
 
@@ -105,43 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--evaluator-id", default=None, help="default: derived from the entry, as eval-protocol does")
     g.add_argument("--reuse-evaluator", action="store_true", help="use the uploaded evaluator as is")
     g.add_argument("--evaluator-timeout", type=float, default=900.0, help="seconds to wait for ACTIVE")
-    g = ap.add_argument_group("job")
-    g.add_argument("--base-model", default=None, help="the Fireworks model to fine-tune (trainingConfig.baseModel), "
-                   f"accounts/<account>/models/<model> (a bare name is refused; default {DEFAULTS['base_model']})")
-    g.add_argument("--warm-start-from", default=None, metavar="MODEL", help="instead: warm start from a PEFT model, "
-                   "e.g. an SFT run's (trainingConfig.warmStartFrom; refused with --base-model)")
-    g.add_argument("--source-job", default=None, metavar="JOB", help="instead: warm start from an earlier RFT job's "
-                   "output model, read through the SDK before anything is created")
-    g.add_argument("--learning-rate", type=float, default=DEFAULTS["learning_rate"])
-    g.add_argument("--learning-rate-warmup-steps", type=int, default=None,
-                   help="trainingConfig.learningRateWarmupSteps (default: the platform's)")
-    g.add_argument("--temperature", type=float, default=DEFAULTS["temperature"])
-    g.add_argument("--max-output-tokens", type=int, default=DEFAULTS["max_output_tokens"])
-    g.add_argument("--response-candidates", type=int, default=DEFAULTS["response_candidates"])
-    g.add_argument("--max-concurrent-rollouts", type=int, default=DEFAULTS["max_concurrent_rollouts"])
-    g.add_argument("--max-concurrent-evaluations", type=int, default=None,
-                   help="maxConcurrentEvaluations (default: the platform's)")
-    g.add_argument("--node-count", "--nodes", type=int, default=None, help="nodeCount (default: the platform's, 1)")
-    g.add_argument("--loss", choices=LOSS_METHODS, default=DEFAULTS["loss"])
-    g.add_argument("--kl-beta", type=float, default=None, help="lossConfig.klBeta (default: the trainer's)")
-    g.add_argument("--lora-rank", type=int, default=None, help="trainingConfig.loraRank (default: the platform's)")
-    g.add_argument("--max-context-length", type=int, default=None, help="trainingConfig.maxContextLength (default: "
-                   "the model's); refused below what a windowed episode of the arm needs (the dry run says how much)")
-    g.add_argument("--batch-size", type=int, default=None, help="trainingConfig.batchSize, tokens per packed batch "
-                   "(default: the platform's); refused below one episode")
-    g.add_argument("--top-p", type=float, default=None)
-    g.add_argument("--top-k", type=int, default=None)
-    g.add_argument("--extra-body", default=None, help="JSON for inference_parameters.extra_body")
-    g.add_argument("--chunk-size", type=int, default=None, help="default: --rows in fresh mode, unset in repeat "
-                   "(the platform's: 200, when the dataset has more than 300 rows)")
-    g.add_argument("--mcp-server", default=None, metavar="NAME", help="mcpServer, an MCP server resource name "
-                   "(default: none)")
-    g.add_argument("--output-model", default=None, help="default: spectrum-ARM-TAG")
-    g.add_argument("--job-id", default=None)
-    g.add_argument("--tag", default=None, help="id suffix (default: UTC time YYYYmmdd-HHMMSS)")
-    g.add_argument("--base-url", default=None, help="API base URL (default: FIREWORKS_BASE_URL or the cloud)")
-    g.add_argument("--max-retries", type=int, default=0, help="SDK retries per request (default 0: a retried "
-                   "create can create twice)")
+    _add_job_args(ap)
     g = ap.add_argument_group("Weights & Biases (key from WANDB_API_KEY)")
     g.add_argument("--wandb-project", default=None)
     g.add_argument("--wandb-entity", default=None)
