@@ -22,7 +22,7 @@
 # a list run one item past the cap (the env refuses it), the learner is the policy that sampled
 # (LEARNER=masked). Section 10 ran ECHO_HISTORY=memoryless LEARNER=unmasked on the default-v1 preset and reward.
 # Knobs (environment): SEEDS, STEPS, PROMPTS, GROUP, MAXLEN, LR, LORA_LAYERS, MICRO, SHARED, SFT_ROWS, SCAN_EVAL,
-# HELDOUT_SCANS, HELDOUT_ROWS, PANEL_SALT, ECHO_HISTORY, LEARNER, RECORD, STAGES (default "restore sft grpo
+# HELDOUT_SCANS, HELDOUT_ROWS, PANEL_SALT, ECHO_HISTORY, LEARNER, RECORD, SLOTS (runs at a time on a CPU, default 2), STAGES (default "restore sft grpo
 # report panel whole valid"; "heldout" = "panel whole"), GPU.
 # GPU=1: on a CUDA machine, every GRPO run of every seed side by side on the GPU (train --no-use-cpu, a step's
 # two groups sampled as one batch: --batch-groups) and the panel's checkpoints scanned side by side
@@ -128,10 +128,15 @@ if has sft && [[ ! -f "$OUT/sft/summary.json" ]]; then
     > "$OUT/sft.log" 2>&1
 fi
 if has grpo; then
-  for seed in $SEEDS; do  # on a CPU the seeds take turns, the two arms of one side by side
-    for arm in weak-scaffold weak-scrambled; do
+  # on a CPU, SLOTS runs at a time (one torch thread each), the real arm's first (its steps cost up to ~3x the
+  # control's: its own prefix plays lengthen as it keeps the echo), each next run started as soon as one ends;
+  # with GPU=1 all of them at once
+  SLOTS=${SLOTS:-2}; [[ "$GPU" == 1 ]] && SLOTS=1000
+  for arm in weak-scaffold weak-scrambled; do
+    for seed in $SEEDS; do
       run="$OUT/grpo/$arm-s$seed"
       [[ -f "$run/summary.json" ]] && continue
+      while (( $(jobs -rp | wc -l) >= SLOTS )); do wait -n || true; done
       # shellcheck disable=SC2086
       nice -n 10 python -m spectrum_rft train --arm "$arm" --model "$SFT_MODEL" --seed "$seed" --steps "$STEPS" \
         --prompts "$PROMPTS" --group "$GROUP" --max-completion-length "$MAXLEN" --lr "$LR" \
@@ -140,9 +145,8 @@ if has grpo; then
         --out "$run" >> "$OUT/grpo-$arm-s$seed.log" 2>&1 &
       pids+=($!)
     done
-    [[ "$GPU" == 1 ]] || settle
   done
-  settle
+  settle  # every run (a failed one is named)
 fi
 runs=("$OUT"/grpo/*/)
 if has report && [[ -e "${runs[0]}" ]]; then
@@ -212,6 +216,8 @@ if has whole; then
   done
 fi
 if has primary; then  # evidence v4's primary endpoint (section 12): whole held-out episodes, no grammar
+  # after every training run (the grpo stage settled): serve-hf's two torch threads beside training processes on 2
+  # cores spun against each other, ~100 s a request instead of ~3-10 s (measured 2026-12-06)
   W="$OUT/whole-$WHOLE_SALT"
   [[ -s "$W/accumulate/summary.json" ]] || srft eval --model accumulate --prompt weak --memory-mode scaffold \
     --rows "$WHOLE_ROWS" --salt "$WHOLE_SALT" --no-progress --overwrite --out "$W/accumulate" > "$W-accumulate.log" 2>&1
