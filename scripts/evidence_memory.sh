@@ -111,12 +111,14 @@ if has restore && [[ -f "$SFT_RECORD/adapter/adapter_model.safetensors" ]]; then
     mkdir -p "$run/trl" && cp -r "$rec/checkpoint-$step" "$run/trl/"
     for f in config.json code_revision.json metrics.jsonl rollouts.jsonl; do cp "$rec/$f" "$run/$f"; done
   done
-  # the primary stage's finished whole-episode evals (RECORD/whole-SALT/NAME/ and NAME.json): not played again
-  for f in "$RECORD"/whole-*/*.json; do
-    [[ -f "$f" ]] || continue
-    d="$OUT/$(basename "$(dirname "$f")")"; name=$(basename "$f" .json)
-    [[ -s "$d/$name.json" ]] && continue
-    mkdir -p "$d" && cp -r "${f%.json}" "$d/" && cp "$f" "$d/"
+  # the primary stage's whole-episode evals (RECORD/whole-SALT/NAME/, and NAME.json once finished): a finished
+  # one is not played again, a recorded partial one (its rows.partial.jsonl) goes on with the rows it has
+  for e in "$RECORD"/whole-*/*/; do
+    [[ -d "$e" ]] || continue
+    e=${e%/}; d="$OUT/$(basename "$(dirname "$e")")"; name=$(basename "$e")
+    [[ -s "$d/$name.json" || -d "$d/$name" ]] && continue
+    mkdir -p "$d" && cp -r "$e" "$d/"
+    [[ -f "$e.json" ]] && cp "$e.json" "$d/"
   done
   # the panel's finished scans (RECORD/panel, as recorded after the panel stage): not scanned again
   for f in "$RECORD"/panel/heldout-*.json; do
