@@ -279,7 +279,7 @@ def test_one_definition_per_idea():
 
 
 # Statistics are computed in spectrum_rft.common.stats alone: no other module defines a function of these names.
-STATISTICS = {"mean", "_mean", "mean_or", "stdev", "pstdev", "_sd", "standard_error", "linear_fit", "first_last",
+STATISTICS = {"mean", "_mean", "mean_or", "mean_se", "_summary", "stdev", "pstdev", "_sd", "standard_error", "linear_fit", "first_last",
               "halves", "thirds", "trailing_mean"}
 
 

@@ -37,6 +37,11 @@ def standard_error(values: Sequence[float]) -> float | None:
     return stdev(values) / math.sqrt(len(values)) if len(values) >= 2 else None
 
 
+def mean_se(values: Sequence[float]) -> dict[str, float | int | None]:
+    """``{"mean", "se", "n"}`` of the values: the summary every table of means with their standard errors prints."""
+    return {"mean": mean(values), "se": standard_error(values), "n": len(values)}
+
+
 def mean_or(values: Iterable[float | None], empty: float) -> float:
     """:func:`mean`, or ``empty`` when there is nothing to average (0.0 where no scans score 0, NaN where a
     table should print ``nan`` for an empty slice rather than fail)."""

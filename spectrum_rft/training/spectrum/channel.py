@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from spectrum_rft.baselines.policies import make_policy
-from spectrum_rft.common.stats import mean, standard_error
+from spectrum_rft.common.stats import mean_se
 from spectrum_rft.task.arms import ARMS
 from spectrum_rft.task.memory import memory_mode
 from spectrum_rft.task.environment import env_for_row
@@ -60,10 +60,6 @@ def _scores(row: dict) -> dict[str, dict[str, float]]:
     return out
 
 
-def _summary(values: list[float]) -> dict[str, Any]:
-    return {"mean": mean(values), "se": standard_error(values), "n": len(values)}
-
-
 def _truth(row_id: str, environment_context: dict) -> list[tuple[float, float]]:
     """The row's transmitters as occupied intervals (its env, reset with the row's seed: the one rule)."""
     env, seed = env_for_row(row_id, {"environment_context": environment_context})
@@ -78,10 +74,10 @@ def echo_stats(echoes: list[tuple[list[float], list[tuple[float, float]], int]])
     non-empty echo, the share a maximum matching gives a transmitter) and ``recall`` (the share of the band's
     transmitters the echo holds)."""
     sizes = [float(len(e)) for e, _, _ in echoes]
-    return {"scans": len(echoes), "size": _summary(sizes),
-            "at_cap": _summary([float(len(e) >= cap) for e, _, cap in echoes]),
-            "true_share": _summary([match_count(e, t) / len(e) for e, t, _ in echoes if e]),
-            "recall": _summary([match_count(e, t) / len(t) for e, t, _ in echoes if t])}
+    return {"scans": len(echoes), "size": mean_se(sizes),
+            "at_cap": mean_se([float(len(e) >= cap) for e, _, cap in echoes]),
+            "true_share": mean_se([match_count(e, t) / len(e) for e, t, _ in echoes if e]),
+            "recall": mean_se([match_count(e, t) / len(t) for e, t, _ in echoes if t])}
 
 
 def training_echoes(rows: list[dict]) -> list[tuple[list[float], list[tuple[float, float]], int]]:
@@ -147,14 +143,14 @@ def channel_value(rows: int, *, arm: str = "weak-scaffold", control: str = "weak
     out: dict[str, Any] = {"rows": rows, "arm": arm, "control": control, "salt": salt, "prefix": prefix,
                            "echo_history": echo_history, "preset": preset, "reward": reward}
     base = [s["memoryless"]["score"] for s in per_arm[arm]]
-    out["memoryless"] = _summary(base)
+    out["memoryless"] = mean_se(base)
     gains = {}
     for a in (arm, control):
         gains[a] = [s["echo+current"]["score"] - s["memoryless"]["score"] for s in per_arm[a]]
-        out[a] = {"gain": _summary(gains[a]),
-                  "beyond_current": _summary([s["echo+current"]["beyond_current"] for s in per_arm[a]]),
+        out[a] = {"gain": mean_se(gains[a]),
+                  "beyond_current": mean_se([s["echo+current"]["beyond_current"] for s in per_arm[a]]),
                   "echo": echoes[a]}
-    out["real_minus_control"] = _summary([x - y for x, y in zip(gains[arm], gains[control])])
+    out["real_minus_control"] = mean_se([x - y for x, y in zip(gains[arm], gains[control])])
     return out
 
 

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from spectrum_rft.common.stats import mean, standard_error
+from spectrum_rft.common.stats import mean, mean_se
 from spectrum_rft.task.arms import ARMS
 from spectrum_rft.training.spectrum.trl_env import SCRIPTED_HISTORIES
 from spectrum_rft.training.spectrum.vllm_engine import ENGINES, VllmEngine, add_memory_flag, vllm_missing
@@ -156,7 +156,7 @@ def paired_difference(base: dict, other: dict) -> dict:
     out = {}
     for k in PAIRED_KEYS:
         diffs = [b[s][k] - a[s][k] for s in sorted(a) if a[s].get(k) is not None and b[s].get(k) is not None]
-        out[k] = {"mean": mean(diffs), "se": standard_error(diffs), "n": len(diffs)}
+        out[k] = mean_se(diffs)
     return out
 
 
