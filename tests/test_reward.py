@@ -249,3 +249,19 @@ def test_padding_pays_exactly_when_its_hit_chance_beats_the_score(truth, centres
         assert sr.match_iou(centres + [free[0]], truth) == pytest.approx((m + 1) / u)
     miss = next((x for x in (-100.0, 1000.0) if _free(truth, x)), None)
     assert sr.match_iou(centres + [miss], truth) == pytest.approx(m / (u + 1))
+
+
+def test_one_list_of_episode_metrics():
+    """EPISODE_METRICS names exactly what episode_metrics returns, in order; every other layer's list is a
+    selection checked against it (metric_names), and a name that is not there is an error."""
+    rec = sr.ScanRecord(scan=1, reward=0.5, occ=0.5, avail=0.5, skipped=False, report_size=1, dormant_eligible=0,
+                        dormant_covered=0, carry_prev=0, carry_kept=0)
+    assert list(sr.episode_metrics([rec, rec])) == list(sr.EPISODE_METRICS)
+    from spectrum_rft.tools.evaluation.summary import METRICS
+    from spectrum_rft.tools.report.validate import TABLE_METRICS
+    from spectrum_rft.training.spectrum.trl_env import LOGGED_METRICS
+
+    assert set(METRICS) | set(TABLE_METRICS) <= set(sr.EPISODE_METRICS)
+    assert set(LOGGED_METRICS) - set(sr.EPISODE_METRICS) == {"gain_vs_memoryless"}  # the scan episode's own
+    with pytest.raises(ValueError, match="not episode metrics: memory_gian"):
+        sr.metric_names("score", "memory_gian")

@@ -281,6 +281,35 @@ class ScanRecord:
         return {k: getattr(self, k) for k in self.__slots__}
 
 
+# Every episode metric, once, with what it means: what episode_metrics returns, in its order. The tables, logs and
+# reports of the other layers show a selection of these (metric_names checks each name against this list).
+EPISODE_METRICS: dict[str, str] = {
+    "score": "the mean per-scan reward over every scan (skipped ones score an empty report): the reward",
+    "mean_occ": "mean occupied-spectrum IoU (diagnostic)",
+    "mean_avail": "mean available-spectrum IoU, CLBench's metric (diagnostic)",
+    "mean_match": "mean match_iou (diagnostic)",
+    "beyond_current": "mean reward beyond what the report's centres at the scan's own peaks earn: memory's part",
+    "early_mean": "mean reward over the first half of the scans",
+    "late_mean": "mean reward over the second half of the scans",
+    "memory_gain": "late_mean - early_mean (tracked, never rewarded)",
+    "scans_completed": "scans the model reported",
+    "scans_skipped": "scans scored as an empty report (no valid report in the call budget, or a failed model call)",
+    "dormant_recall": "share of transmitters seen before and dormant now that the report covers",
+    "carry_rate": "share of the previous report's regions the report keeps",
+    "echo_copy": "share of the echoed centres the report reproduces",
+    "report_size": "mean number of reported centres",
+}
+
+
+def metric_names(*names: str) -> tuple[str, ...]:
+    """``names``, each checked against :data:`EPISODE_METRICS` (a ValueError for one that is not an episode metric):
+    how another layer declares the metrics it shows."""
+    unknown = [n for n in names if n not in EPISODE_METRICS]
+    if unknown:
+        raise ValueError(f"not episode metrics: {', '.join(unknown)}; see spectrum_rft.task.reward.EPISODE_METRICS")
+    return names
+
+
 def episode_metrics(records: Sequence[ScanRecord]) -> dict:
     """Aggregate per-scan records (one per scan of the episode, skipped ones included) into metrics.
 

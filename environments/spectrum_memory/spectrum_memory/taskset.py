@@ -16,9 +16,10 @@ from typing import Any
 import verifiers.v1 as vf
 
 from spectrum_rft.rollouts.dataset import FIRST_USER_MESSAGE, make_rows
+from spectrum_rft.task.reward import metric_names
 
 INFO_KEY = "spectrum"  # trace.info[INFO_KEY]: the env's result (metrics + per-scan records)
-LOGGED_METRICS = ("memory_gain", "dormant_recall", "carry_rate", "scans_skipped", "early_mean", "late_mean")
+LOGGED_METRICS = metric_names("memory_gain", "dormant_recall", "carry_rate", "scans_skipped", "early_mean", "late_mean")
 
 
 class SpectrumData(vf.TaskData):

@@ -9,9 +9,9 @@ from typing import Any, Sequence
 from spectrum_rft.common.stats import standard_error
 from spectrum_rft.rollouts.failures import (CAUSE_OF_FAULT, FAILURE_CAUSES, MALFORMED_REPLY_TEXT, MISSING_KEY_TEXT,
                                             MODEL_FAILURE, SKIP_MODEL_FAILURE, no_result)
-from spectrum_rft.task.reward import is_finite_number
+from spectrum_rft.task.reward import is_finite_number, metric_names
 
-METRICS = ("score", "mean_occ", "mean_avail", "memory_gain", "dormant_recall", "scans_skipped")
+METRICS = metric_names("score", "mean_occ", "mean_avail", "memory_gain", "dormant_recall", "scans_skipped")
 
 
 def _extra_sources(row: dict) -> list[dict]:

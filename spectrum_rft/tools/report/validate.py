@@ -10,11 +10,12 @@ from typing import Any
 from spectrum_rft.rollouts.failures import SKIP_MODEL_FAILURE
 from spectrum_rft.tools.evaluation.summary import error_cause, per_scan_rewards, row_metric
 from spectrum_rft.rollouts.dataset import is_heldout
+from spectrum_rft.task.reward import metric_names
 
-METRICS = ("score", "memory_gain", "dormant_recall", "carry_rate")  # the per-epoch analysis
+METRICS = metric_names("score", "memory_gain", "dormant_recall", "carry_rate")  # the per-epoch analysis
 OPTIONAL_METRICS = METRICS[1:]
 # the model-by-model table (mean and SE over rows): eval's headline numbers and the memory diagnostics
-TABLE_METRICS = ("score", "mean_occ", "mean_avail", "memory_gain", "dormant_recall", "beyond_current")
+TABLE_METRICS = metric_names("score", "mean_occ", "mean_avail", "memory_gain", "dormant_recall", "beyond_current")
 STATUS_INTERNAL = 13  # eval-protocol Status.Code.INTERNAL: a failed rollout
 MAX_EPOCH = 10**6
 MAX_ABS_VALUE = 1e9  # scores and metrics are O(1); anything beyond this is corrupt input, not data

@@ -68,10 +68,12 @@ from spectrum_rft.task.instructions import tool_schemas
 from spectrum_rft.task.memory import MEMORY_MODES, TOOL_SETS
 from spectrum_rft.task.memory import memory_mode as get_memory_mode
 from spectrum_rft.task.presets import resolve_preset
+from spectrum_rft.task.reward import metric_names
 from spectrum_rft.task.scan_format import parse_scan, with_next_scan
 
-LOGGED_METRICS = ("score", "late_mean", "memory_gain", "dormant_recall", "carry_rate", "echo_copy", "scans_skipped",
-                  "gain_vs_memoryless", "beyond_current")
+# what each GRPO step logs: episode metrics, and the scan episode's own gain over the memoryless report
+LOGGED_METRICS = (*metric_names("score", "late_mean", "memory_gain", "dormant_recall", "carry_rate", "echo_copy",
+                                "scans_skipped"), "gain_vs_memoryless", *metric_names("beyond_current"))
 
 
 def memoryless_report(scan_text: str) -> dict:
