@@ -218,8 +218,8 @@ if has whole; then
   done
 fi
 if has primary; then  # evidence v4's primary endpoint (section 12): whole held-out episodes, no grammar
-  # after every training run (the grpo stage settled): serve-hf's two torch threads beside training processes on 2
-  # cores spun against each other, ~100 s a request instead of ~3-10 s (measured 2026-12-06)
+  # serve-hf answers one request at a time and eval keeps 16 rows in flight, so its log's time per request is
+  # mostly the queue: ~75 s each with 16 waiting = ~4.7 s of serving, ~23 min for a checkpoint's 288 (2026-12-06)
   W="$OUT/whole-$WHOLE_SALT"
   [[ -s "$W/accumulate/summary.json" ]] || srft eval --model accumulate --prompt weak --memory-mode scaffold \
     --rows "$WHOLE_ROWS" --salt "$WHOLE_SALT" --no-progress --overwrite --out "$W/accumulate" > "$W-accumulate.log" 2>&1
