@@ -9,7 +9,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_FILE_MB = 25  # the largest file a clone may carry (today's largest: a 19.6 MB float32 SFT adapter)
-# results/ as a whole: 160 MB at evidence v4's start, plus that experiment's 30 MB budget (issue 40)
+# results/ as a whole: 160 MB at evidence v4's start (172 MB with its first session's records), plus that
+# experiment's 30 MB budget (issue 40)
 RESULTS_BUDGET_MB = 190
 
 

@@ -38,6 +38,12 @@ def scrambled_report(prev: list[float], band: tuple[float, float], rng: np.rando
     return sorted(round(float(x), 1) for x in rng.uniform(lo, hi, size=len(prev)))
 
 
+# The modes other layers name, so that no rule outside task/ spells one (tests/test_layers.py refuses that):
+NO_MEMORY = "none"  # no memory channel at all
+REAL_ECHO, CONTROL_ECHO = "scaffold", "scrambled"  # the evidence runs' two arms: the real echo and its control
+TOOL_SETS: tuple[str, ...] = ("report", "notepad", "notepad_update")  # the values of MemoryMode.tool_set
+
+
 @dataclass(frozen=True)
 class MemoryMode:
     """One memory mode (the module docstring lists them)."""
@@ -58,25 +64,20 @@ class MemoryMode:
     def tool_set(self) -> str:
         """The tools of the mode: ``report`` (``submit_report``), ``notepad`` (+ ``notepad_read`` /
         ``notepad_write``) or ``notepad_update`` (``submit_report`` with a ``notepad_update`` field)."""
-        return "notepad" if self.notepad_tools else "notepad_update" if self.notepad_in_scan else "report"
+        report, notepad, notepad_update = TOOL_SETS
+        return notepad if self.notepad_tools else notepad_update if self.notepad_in_scan else report
 
 
 MODES: dict[str, MemoryMode] = {m.name: m for m in (
-    MemoryMode("none"),
+    MemoryMode(NO_MEMORY),
     MemoryMode("icl", history=True),
     MemoryMode("notepad", notepad_tools=True),
-    MemoryMode("scaffold", echo=previous_report),
-    MemoryMode("scrambled", echo=scrambled_report),
+    MemoryMode(REAL_ECHO, echo=previous_report),
+    MemoryMode(CONTROL_ECHO, echo=scrambled_report),
     MemoryMode("icl_notepad", notepad_in_scan=True),
 )}
 
 MEMORY_MODES: tuple[str, ...] = tuple(MODES)  # the built-in modes' names (command-line choices)
-
-# The modes other layers name, so that no rule outside task/ spells one (tests/test_layers.py refuses that):
-NO_MEMORY = "none"  # no memory channel at all
-REAL_ECHO, CONTROL_ECHO = "scaffold", "scrambled"  # the evidence runs' two arms: the real echo and its control
-TOOL_SETS: tuple[str, ...] = ("report", "notepad", "notepad_update")  # the values of MemoryMode.tool_set
-
 
 def memory_mode(name: str) -> MemoryMode:
     """The mode called ``name``; a ValueError naming the choices otherwise."""

@@ -149,8 +149,8 @@ class ScanScore:
     occ: float
     avail: float
     match: float = 0.0
-    centres: tuple[float, ...] = ()
-    truth: tuple[Interval, ...] = ()
+    centres: Sequence[float] = ()  # the caller's sequences, not copies: scoring is the env's hot path
+    truth: Sequence[Interval] = ()
 
     def reward(self, name: str) -> float:
         """The score of reward ``name`` (an alias resolved: :func:`resolve_reward`)."""
@@ -170,7 +170,7 @@ def score_scan(report_merged: Sequence[Interval], truth_merged: Sequence[Interva
     union = r + t - inter
     width = band[1] - band[0]
     return ScanScore(iou_from_lengths(inter, union), iou_from_lengths(width - union, width - inter),
-                     match_iou(centres, truth), tuple(centres), tuple(truth))
+                     match_iou(centres, truth), centres, truth)
 
 
 @dataclass(frozen=True)
