@@ -21,7 +21,7 @@
 # Section 11's design: the echo of a training scan carries history (ECHO_HISTORY=accumulate), the grammar lets
 # a list run one item past the cap (the env refuses it), the learner is the policy that sampled
 # (LEARNER=masked). Section 10 ran ECHO_HISTORY=memoryless LEARNER=unmasked on the default-v1 preset and reward.
-# Knobs (environment): SEEDS, STEPS, PROMPTS, GROUP, MAXLEN, LR, LORA_LAYERS, MICRO, SHARED, SFT_ROWS, SCAN_EVAL,
+# Knobs (environment): SEEDS, ARMS (the GRPO stage's arms, default "weak-scaffold weak-scrambled"), STEPS, PROMPTS, GROUP, MAXLEN, LR, LORA_LAYERS, MICRO, SHARED, SFT_ROWS, SCAN_EVAL,
 # HELDOUT_SCANS, HELDOUT_ROWS, PANEL_SALT, ECHO_HISTORY, LEARNER, RECORD, SLOTS (runs at a time on a CPU, default 2), STAGES (default "restore sft grpo
 # report panel whole valid"; "heldout" = "panel whole"), GPU.
 # GPU=1: on a CUDA machine, every GRPO run of every seed side by side on the GPU (train --no-use-cpu, a step's
@@ -60,7 +60,7 @@ set -euo pipefail
 OUT=${1:-runs/evidence5}
 cd "$(dirname "$0")/.."
 srft() { python -m spectrum_rft "$@"; }  # this checkout's code, whatever venv is active
-SEEDS=${SEEDS:-"0 1 2"}; STEPS=${STEPS:-30}; PROMPTS=${PROMPTS:-2}; GROUP=${GROUP:-8}; MAXLEN=${MAXLEN:-256}  # 16 in-band centres of <= 6 decimals fit; 160 truncated ~2 % of reports
+SEEDS=${SEEDS:-"0 1 2"}; ARMS=${ARMS:-"weak-scaffold weak-scrambled"}; STEPS=${STEPS:-30}; PROMPTS=${PROMPTS:-2}; GROUP=${GROUP:-8}; MAXLEN=${MAXLEN:-256}  # 16 in-band centres of <= 6 decimals fit; 160 truncated ~2 % of reports
 LR=${LR:-3e-4}; LORA_LAYERS=${LORA_LAYERS:-8}; SCAN_EVAL=${SCAN_EVAL:-200}
 # a light warm start: 48 rows = 6 SFT steps (160 rows / 20 steps left a policy so sharp that 7 of 8 completions
 # of a group were one report: no variance for GRPO to use; the grammar now carries the format)
@@ -134,7 +134,7 @@ if has grpo; then
   # control's: its own prefix plays lengthen as it keeps the echo), each next run started as soon as one ends;
   # with GPU=1 all of them at once
   SLOTS=${SLOTS:-2}; [[ "$GPU" == 1 ]] && SLOTS=1000
-  for arm in weak-scaffold weak-scrambled; do
+  for arm in $ARMS; do
     for seed in $SEEDS; do
       run="$OUT/grpo/$arm-s$seed"
       [[ -f "$run/summary.json" ]] && continue
