@@ -812,3 +812,42 @@ def test_the_dataset_adapter_refuses_in_one_line():
         dataset_adapter([{"messages": [{"role": 7}], "input_metadata": {"row_id": "a"}}])
     assert "\n" not in str(e.value) and "dataset row 0 ('a') is not a valid row: messages.0" in str(e.value)
     assert len(dataset_adapter(rows)) == 2
+
+
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGHUP"])
+def test_a_stop_signal_inside_a_running_task_unwinds_every_task(name, capsys):
+    """A stop signal delivered while a task's step is running (not while the loop waits) cancels the command's
+    main task: every task runs its own cleanup, none is left pending, the command sees one Stop naming the
+    signal, and the command's own handler is back afterwards (CI's failure: a KeyboardInterrupt raised inside
+    one task stopped the loop there, and asyncio printed "Task was destroyed but it is pending!")."""
+    import asyncio
+    import gc
+
+    from spectrum_rft.tools.evaluation.cli import run_until_stopped, signals_stop_the_run
+    from spectrum_rft.tools.evaluation.runner import Stop
+
+    cleaned = []
+
+    async def inner() -> None:
+        try:
+            os.kill(os.getpid(), getattr(signal, name))  # delivered now, inside this task's step
+            await asyncio.sleep(3600)
+        finally:
+            cleaned.append("inner")
+
+    async def outer() -> None:
+        others = [asyncio.ensure_future(inner()), asyncio.ensure_future(asyncio.sleep(3600))]
+        try:
+            await asyncio.gather(*others)
+        finally:
+            cleaned.append("outer")
+
+    with signals_stop_the_run():
+        handler = signal.getsignal(getattr(signal, name))
+        with pytest.raises(Stop) as stopped:
+            run_until_stopped(outer())
+        assert signal.getsignal(getattr(signal, name)) is handler
+    gc.collect()
+    assert stopped.value.signal == name and sorted(cleaned) == ["inner", "outer"]
+    err = capsys.readouterr().err
+    assert "pending" not in err and "never retrieved" not in err, err

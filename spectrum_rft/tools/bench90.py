@@ -87,7 +87,9 @@ def play_policy(policy: str, system: str, run: int, prompt: str = "weak") -> lis
         model = ModelCaller(policy_request(policy, ep.env.truth() if policy == "oracle" else None), tries=1)
         await drive(ep, opening, [{"role": "system", "content": opening.system_prompt}], model, CallStats())
 
-    asyncio.run(play())
+    from spectrum_rft.tools.evaluation.cli import run_until_stopped  # noqa: PLC0415
+
+    run_until_stopped(play())
     if ep.env.metrics()["faults"]:
         raise RuntimeError(f"{policy} was refused by the env: {ep.env.metrics()['faults']}")
     return ep.env.scan_records()
@@ -298,7 +300,6 @@ def run_with_processor(model: str, system: str, runs: int | Sequence[int], promp
     ``on_done(run, played)`` is called as each run finishes, before the next one is awaited (``--out`` appends
     it there). A row that ended in error still has every scan scored (the processor closes the rest as empty
     reports)."""
-    import asyncio  # noqa: PLC0415
 
     from eval_protocol.pytest.types import RolloutProcessorConfig  # noqa: PLC0415
 
@@ -316,14 +317,7 @@ def run_with_processor(model: str, system: str, runs: int | Sequence[int], promp
     # every scan reaches the progress logger (the clock counts them; lines are printed every few scans)
     processor = SpectrumTurnRolloutProcessor(llm_tries=llm_tries, icl_token_budget=token_budget, log_every_scans=1)
 
-    def quiet_stop(loop: Any, context: dict) -> None:
-        # Ctrl-C or SIGTERM (runner.Stop, a KeyboardInterrupt) raised inside a run's task: the command says so in
-        # one line; asyncio's "Task exception was never retrieved" traceback for that task is not printed
-        if not isinstance(context.get("exception"), KeyboardInterrupt):
-            loop.default_exception_handler(context)
-
     async def go() -> list:
-        asyncio.get_running_loop().set_exception_handler(quiet_stop)
         config = RolloutProcessorConfig(completion_params=params, mcp_config_path="",
                                         semaphore=asyncio.Semaphore(concurrency),
                                         logger=_progress_logger(progress, clock))
@@ -342,7 +336,9 @@ def run_with_processor(model: str, system: str, runs: int | Sequence[int], promp
                 t.cancel()
         return [played[r] for r in ids]
 
-    return asyncio.run(go())
+    from spectrum_rft.tools.evaluation.cli import run_until_stopped  # noqa: PLC0415
+
+    return run_until_stopped(go())
 
 
 def _played(row: Any) -> "PlayedRun":

@@ -5,6 +5,7 @@ docstring for how a run is made."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import math
 import os
@@ -14,7 +15,7 @@ import threading
 import time
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Coroutine, Iterator, Sequence, TypeVar
 
 from spectrum_rft.common.redaction import redact_params
 from spectrum_rft.tools.entries import ENTRIES, PROJECT_ROOT
@@ -535,6 +536,7 @@ def out_problem(out: Path, overwrite: bool, resume: bool = False,
     return None
 
 
+T = TypeVar("T")
 STOP_SIGNALS = ("SIGTERM", "SIGHUP")  # stop the run as Ctrl-C does (Slurm, `timeout`, a dropped SSH session)
 
 
@@ -555,6 +557,44 @@ def signals_stop_the_run() -> Iterator[None]:
     finally:
         for name, handler in previous.items():
             signal.signal(getattr(signal, name), handler)
+
+
+def run_until_stopped(main: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(main)`` for a command inside :func:`signals_stop_the_run`: a stop signal while the loop runs
+    cancels the main task (every task unwinds through its own cancellation, none is left pending) and
+    :class:`.runner.Stop` is raised once the loop has closed; Ctrl-C is asyncio's own (the same, as
+    ``KeyboardInterrupt``). A Python-level handler's exception would land in whichever task happened to be
+    running, stop the loop there, and leave the rest pending ("Task was destroyed but it is pending!")."""
+    if threading.current_thread() is not threading.main_thread():
+        return asyncio.run(main)
+    names = [name for name in STOP_SIGNALS if hasattr(signal, name)]
+    previous = {name: signal.getsignal(getattr(signal, name)) for name in names}
+    stopped: list[str] = []
+
+    async def guarded() -> T:
+        task, loop = asyncio.current_task(), asyncio.get_running_loop()
+
+        def stop(name: str) -> None:
+            stopped.append(name)
+            if task is not None:
+                task.cancel()
+
+        for name in names:  # removed when the loop closes, which leaves SIG_DFL: restored below
+            loop.add_signal_handler(getattr(signal, name), stop, name)
+        return await main
+
+    try:
+        result = asyncio.run(guarded())
+    except asyncio.CancelledError:
+        if stopped:
+            raise Stop(stopped[0]) from None
+        raise
+    finally:
+        for name, handler in previous.items():
+            signal.signal(getattr(signal, name), handler)
+    if stopped:  # the main coroutine swallowed its cancellation: the command still stops
+        raise Stop(stopped[0])
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
