@@ -461,9 +461,6 @@ NOT_A_NAME = {
     ("spectrum_rft.tools.launch.plan", "none"): "a Fireworks job field's value",
     ("spectrum_rft.tools.launch.tarball", "none"): "a word the secret scan ignores",
     ("spectrum_rft.training.card.card", "none"): "TRL's scale_rewards value",
-    # issue 43 item 2 (open): the MCP server lists the union of the tool sets until it lists per session
-    ("spectrum_rft.rollouts.mcp_server", "notepad"): "tool sets of the server's union (issue 43 item 2)",
-    ("spectrum_rft.rollouts.mcp_server", "icl_notepad"): "tool sets of the server's union (issue 43 item 2)",
 }
 
 

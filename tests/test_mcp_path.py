@@ -232,8 +232,8 @@ def test_one_request_per_tool_call_no_redirect_no_client_per_call_no_extra_model
     assert not [k for k in delta if k.endswith(" 307")], delta  # no redirect
     assert not [k for k in delta if "/control/" in k and "/control/stats" not in k], delta  # no control plane
     posts = sum(v for k, v in delta.items() if k.startswith("POST /mcp"))
-    # per rollout: initialize + initialized + the opening + tool calls + one list_tools (output-schema
-    # check of the mcp client); nothing after the episode (the last answer carried the env's record)
+    # per rollout: initialize + initialized + the opening + the row's tools (list_tools, which the mcp client
+    # also keeps for its output-schema check) + tool calls; nothing after the episode (the last answer carried the env's record)
     assert posts == tool_calls + 4 * n, delta
     assert built[0] <= n + 2, built[0]  # one HTTP client per MCP connection, none per call
     assert llm.count == tool_calls  # exactly one model call per scan: none after the episode ended

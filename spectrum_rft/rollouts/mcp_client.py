@@ -9,10 +9,10 @@ carrier of a scan differs: here scans 2..N arrive in the tool result of the ``su
 closed the previous scan (``"<feedback>\n\n<next scan>"``; the loop's docstring says when a user message
 carries one instead).
 
-Per rollout: initialize (+ the ``initialized`` notification), one read of the opening, then ONE request per
-tool call (the reward, the next scan and at the end the env's metrics come back in the result's ``_meta``),
-one per reply without a tool call, nothing after the episode (no extra model call either). The mcp client
-lists the tools once per connection (it validates results against their output schemas).
+Per rollout: initialize (+ the ``initialized`` notification), one read of the opening and one listing of the
+row's tools (which the mcp client also keeps to validate results), then ONE request per tool call (the
+reward, the next scan and at the end the env's metrics come back in the result's ``_meta``), one per reply
+without a tool call, nothing after the episode (no extra model call either).
 
 The server (``spectrum_server.py``) is started with this Python (``sys.executable``), on 127.0.0.1, on a
 free port unless ``port`` is given, logging to a temp file; it exits on its own when this process dies
@@ -56,7 +56,8 @@ from spectrum_rft.common.processes import free_port, log_tail, stop_process
 from spectrum_rft.rollouts.episode import Opening, max_model_calls
 from spectrum_rft.rollouts.loop import SpectrumRolloutProcessor
 from spectrum_rft.rollouts.mcp_protocol import (CLIENT_INFO_KEY, EPISODE_URI, EVENT_TOOL, FAULTS_KEY,
-                                                INLINE_MAX_CHARS, META_KEY, RAW_TOOL, TURN_KEY)
+                                                INLINE_MAX_CHARS, META_KEY, PROTOCOL_TOOLS, RAW_TOOL,
+                                                TURN_KEY)
 from spectrum_rft.task.actions import MAX_ARGUMENT_BYTES, argument_bytes, is_blank, parse_arguments
 from spectrum_rft.task.environment import ToolResult
 
@@ -106,11 +107,14 @@ class McpEpisode:
     async def start(self) -> Opening:
         d = json.loads(_text(await self.session.read_resource(AnyUrl(EPISODE_URI))))
         self.done, self.scan, self.prompt = bool(d["done"]), int(d["scan"]), d["prompt"]
-        for t in d["tools"]:
-            p = t["function"].get("parameters") or {}
+        tools = [{"type": "function", "function": {"name": t.name, "description": t.description,
+                                                   "parameters": t.inputSchema}}
+                 for t in (await self.session.list_tools()).tools if t.name not in PROTOCOL_TOOLS]
+        for t in tools:
+            p = t["function"]["parameters"]
             props = {k: (v or {}).get("type") for k, v in (p.get("properties") or {}).items()}
             self._schemas[t["function"]["name"]] = (props, set(p.get("required") or ()))
-        return Opening(d["system_prompt"], d["tools"], d["memory_mode"],
+        return Opening(d["system_prompt"], tools, d["memory_mode"],
                        max_model_calls(int(d["n_scans"]), int(d["max_calls_per_scan"])))
 
     def structured(self, name: str, arguments: str) -> dict | None:

@@ -5,11 +5,13 @@ One rollout = one MCP connection (streamable HTTP) = one env on the server:
 * **Row.** The client's ``clientInfo`` (``Implementation(..., spectrum={"row_id", "dataset_info"})``, a
   pydantic extra field set through the public constructor) names the row; the server builds and seeds the
   env from it on first use (:func:`spectrum_rft.task.environment.env_for_row`, as in-process).
-* **Opening.** Reading :data:`EPISODE_URI` returns the first scan, the row's tools, its system prompt and
-  memory mode (JSON).
-* **Tool calls.** Each model tool call is ONE ``call_tool``: to the env's own tool (:data:`ENV_TOOLS`,
-  listed with the schemas of ``tool_schemas()``) when its arguments are a JSON object those schemas carry
-  unchanged and small (:data:`INLINE_MAX_CHARS`); otherwise to :data:`RAW_TOOL` with the model's name and
+* **Opening.** Reading :data:`EPISODE_URI` returns the first scan, the row's system prompt and memory mode
+  (JSON).
+* **Tools.** ``tools/list`` answers each session with its row's tools (``SpectrumEnv.tools()``: the memory
+  mode's tool set, the preset's schemas, unchanged), then :data:`PROTOCOL_TOOLS`; the client hands the model
+  the row's tools from that listing.
+* **Tool calls.** Each model tool call is ONE ``call_tool``: to the row's own tool when its arguments are a
+  JSON object that tool's schema carries unchanged and small (:data:`INLINE_MAX_CHARS`); otherwise to :data:`RAW_TOOL` with the model's name and
   text as written (unknown tool names, malformed or non-object JSON, nulls, non-finite numbers, large
   arguments as base64, and arguments over the env's ``MAX_ARGUMENT_BYTES`` as their size only: mcp refuses
   requests over 4 MiB). The request ``_meta`` carries :data:`TURN_KEY` (``{"first", "last"}``: the call's
@@ -30,8 +32,8 @@ TURN_KEY = "spectrum/turn"  # request ``_meta``: {"first": bool, "last": bool}
 FAULTS_KEY = "spectrum/faults"  # request ``_meta``: {fault kind: count} counted by the client since its last request
 CLIENT_INFO_KEY = "spectrum"  # clientInfo extra field: {"row_id", "dataset_info"}
 EPISODE_URI = "spectrum://episode"
-ENV_TOOLS = ("submit_report", "notepad_read", "notepad_write")
 RAW_TOOL = "model_tool_call"
 EVENT_TOOL = "episode_event"
+PROTOCOL_TOOLS = (RAW_TOOL, EVENT_TOOL)  # listed to every session after its row's own tools
 EVENTS = ("no_tool_call", "skip", "finish")
 INLINE_MAX_CHARS = 256 * 1024  # larger arguments travel as base64 (bounded growth whatever their escaping)

@@ -10,15 +10,15 @@ module adds is *who owns which env*:
   or a score.
 * **Seeded from the row, also on a fresh server**: the client's ``clientInfo`` names the row
   (``row_id``, ``dataset_info``) and :func:`env_for_row` gives the env and its seed, as in-process.
-* **Tools with the env's schemas.** ``submit_report``, ``notepad_read`` and ``notepad_write`` are listed
-  with the parameter schemas of ``tool_schemas()`` (pydantic's public ``WithJsonSchema``); their parameters
-  accept anything, so bad model input reaches the env, which refuses it and counts the fault.
+* **Each session lists its row's tools** (:class:`RowToolsMCP`), exactly as the env declares them for the
+  row's memory mode and preset, and every call of them goes to the session's env unvalidated, so bad model
+  input reaches the env, which refuses it and counts the fault.
 
 * **Bounded under clients that vanish** (:class:`SessionLimits`): a session with no request for
   ``session_idle_s`` is ended, at most ``max_sessions`` live at once (the next new one is refused with one
   line), so a job whose workers die mid-episode, or close without DELETE, cannot grow the server.
 
-McpGym's documented hook ``_register_tools`` is implemented; its own session machinery (keyed by a session
+McpGym's documented hook ``_register_tools`` is implemented (it puts :class:`RowToolsMCP` in place); its own session machinery (keyed by a session
 id that candidates share) and HTTP control plane are not used. The FastMCP server listens on 127.0.0.1 by
 default (McpGym hard-codes 0.0.0.0) and serves the MCP endpoint at ``/mcp`` and ``/mcp/`` alike.
 """
@@ -30,23 +30,22 @@ import json
 import logging
 import time
 import weakref
-from typing import Annotated, Any
+from typing import Any
 
-from mcp.server.fastmcp import Context
+from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.types import CallToolResult, TextContent
-from pydantic import Field, WithJsonSchema
+from mcp.types import Tool as MCPTool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from eval_protocol.mcp import McpGym
 from eval_protocol.mcp.adapter import EnvironmentAdapter
 
-from spectrum_rft.rollouts.mcp_protocol import (CLIENT_INFO_KEY, ENV_TOOLS, EPISODE_URI, EVENT_TOOL, EVENTS,
-                                                FAULTS_KEY, META_KEY, RAW_TOOL, TURN_KEY)
+from spectrum_rft.rollouts.mcp_protocol import (CLIENT_INFO_KEY, EPISODE_URI, EVENT_TOOL, EVENTS, FAULTS_KEY,
+                                                META_KEY, PROTOCOL_TOOLS, RAW_TOOL, TURN_KEY)
 from spectrum_rft.task.config import EnvConfig
 from spectrum_rft.task.environment import SpectrumEnv, ToolResult, env_for_row
-from spectrum_rft.task.instructions import tool_schemas
 
 logger = logging.getLogger(__name__)
 
@@ -188,16 +187,6 @@ def _extra(model: Any) -> dict:
     return extra if isinstance(extra, dict) else {}
 
 
-def _param(schema: dict, required: bool) -> Any:
-    """A tool parameter listed with the env's schema. It accepts any value (the env judges it), except that
-    a ``string`` parameter is typed ``str`` (FastMCP would parse a JSON-looking string given for any other
-    type; the client sends strings only where the schema says string)."""
-    kind = str if schema.get("type") == "string" else Any
-    field = Field(description=schema.get("description")) if required else \
-        Field(default=None, description=schema.get("description"))
-    return Annotated[kind, WithJsonSchema(schema), field]
-
-
 async def _delete_session(app: Any, path: str, host: bytes, port: int, header: bytes, session_id: str) -> None:
     """What a client's DELETE of ``session_id`` would have done, sent by the server to itself through ``app``."""
     scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "DELETE",
@@ -216,6 +205,31 @@ async def _delete_session(app: Any, path: str, host: bytes, port: int, header: b
         pass
 
     await app(scope, receive, discard)
+
+
+class RowToolsMCP(FastMCP):
+    """FastMCP whose ``tools/list`` is the session's own: the row's tools exactly as the env declares them
+    (``SpectrumEnv.tools()``: its memory mode's tool set, its preset's schemas, byte for byte what the
+    in-process path hands the model), then the protocol's :data:`PROTOCOL_TOOLS`. A call of any other name is
+    the env's to judge (its tools are dispatched to the session's env, an unknown name refused there and
+    counted), so a new tool in a tool set needs nothing here. A session whose client named no row is refused
+    in one line, as its every other request is."""
+
+    def __init__(self, gym: "SpectrumMcp", name: str | None = None, **settings: Any):
+        self.gym = gym
+        super().__init__(name, **settings)
+
+    async def list_tools(self) -> list[MCPTool]:
+        env = self.gym.rollout(self.get_context())
+        own = [MCPTool(name=t["function"]["name"], description=t["function"].get("description"),
+                       inputSchema=t["function"].get("parameters") or {"type": "object", "properties": {}})
+               for t in env.tools()]
+        return own + [t for t in await super().list_tools() if t.name in PROTOCOL_TOOLS]
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
+        if name in PROTOCOL_TOOLS:
+            return await super().call_tool(name, arguments)
+        return self.gym.step(self.get_context(), name, arguments)
 
 
 class SpectrumMcp(McpGym):
@@ -282,7 +296,8 @@ class SpectrumMcp(McpGym):
                     env.record_fault(str(kind)[:60], min(n, 10_000))
         return env, meta
 
-    def _step(self, ctx: Context, name: str, arguments: Any, size: int | None = None) -> CallToolResult:
+    def step(self, ctx: Context, name: str, arguments: Any, size: int | None = None) -> CallToolResult:
+        """One model tool call (``arguments``: a dict, or the text as the model wrote it) on this connection's env."""
         env, meta = self._begin(ctx)
         turn = meta.get(TURN_KEY) if isinstance(meta.get(TURN_KEY), dict) else {}
         first, last = bool(turn.get("first", True)), bool(turn.get("last", True))  # default: one call, one turn
@@ -308,53 +323,15 @@ class SpectrumMcp(McpGym):
     # ---- MCP surface -----------------------------------------------------------------------------
 
     def _register_tools(self) -> None:
-        # One schema definition: the env's (notepad tools from "notepad", notepad_update from "icl_notepad").
-        preset = getattr(self, "preset_name", "default")
-        schemas = {t["function"]["name"]: t["function"] for t in tool_schemas("notepad", preset)}
-        icl = {t["function"]["name"]: t["function"] for t in tool_schemas("icl_notepad", preset)}
-        report = schemas["submit_report"]["parameters"]
-        props = {**report["properties"], **icl["submit_report"]["parameters"]["properties"]}
-        # rows of a variable-width preset send bandwidths even when this server's preset fixes the width
-        props.setdefault("bandwidths", {"type": "array", "items": {"type": "number"},
-                                        "description": "Bandwidth in MHz of each region (only on presets whose "
-                                        "reports carry widths; see the episode's tools)."})
-        required = set(report.get("required") or ())
-
-        def submit_report(ctx, center_freqs, bandwidths=None, notepad_update=None):
-            args = {k: v for k, v in (("center_freqs", center_freqs), ("bandwidths", bandwidths),
-                                      ("notepad_update", notepad_update)) if v is not None}
-            return self._step(ctx, "submit_report", args)
-
-        def notepad_read(ctx):
-            return self._step(ctx, "notepad_read", {})
-
-        def notepad_write(ctx, text):
-            return self._step(ctx, "notepad_write", {"text": text})
-
-        # annotations as objects (this module's annotations are strings): what FastMCP derives the listed
-        # schema from; every parameter accepts any value
-        out = {"ctx": Context, "return": CallToolResult}
-        submit_report.__annotations__ = {**out, "center_freqs": _param(props["center_freqs"], True),
-                                         "bandwidths": _param(props["bandwidths"], False),
-                                         "notepad_update": _param(props["notepad_update"], False)}
-        notepad_read.__annotations__ = dict(out)
-        notepad_write.__annotations__ = {**out, "text": _param(schemas["notepad_write"]["parameters"]
-                                                               ["properties"]["text"], True)}
-        assert required == {"center_freqs"}, "submit_report's parameters above follow tool_schemas()"
-        notepad_note = " Only available in the notepad memory mode."
-        for fn in (submit_report, notepad_read, notepad_write):
-            spec = schemas[fn.__name__]
-            desc = spec["description"] + (notepad_note if fn.__name__.startswith("notepad") else
-                                          " notepad_update is only used in the icl_notepad memory mode.")
-            self.mcp.add_tool(fn, name=fn.__name__, description=desc, structured_output=False)
-        assert {fn.__name__ for fn in (submit_report, notepad_read, notepad_write)} == set(ENV_TOOLS)
-
+        # McpGym made a plain FastMCP a moment ago and registers its own endpoints on it after this hook: the
+        # server that lists each session's own tools takes its place (same name; host and port set later)
+        self.mcp = RowToolsMCP(self, self.mcp.name)
         def model_tool_call(ctx: Context, name: str, arguments: str = "", arguments_b64: str = "",
                             size: int = 0) -> CallToolResult:
             # ``str`` annotations: FastMCP parses JSON-looking strings given for any other type
             if arguments_b64:
                 arguments = base64.b64decode(arguments_b64).decode("utf-8", "surrogatepass")
-            return self._step(ctx, name, None if size and not arguments else arguments, size=size or None)
+            return self.step(ctx, name, None if size and not arguments else arguments, size=size or None)
 
         self.mcp.add_tool(model_tool_call, name=RAW_TOOL, structured_output=False, description=(
             "A tool call exactly as the model wrote it (any name; arguments as text, or base64 of their UTF-8, "
@@ -369,11 +346,11 @@ class SpectrumMcp(McpGym):
 
     def _register_resources(self) -> None:
         @self.mcp.resource(EPISODE_URI, name="episode", mime_type="application/json",
-                           description="This connection's rollout: the open scan, the tools, the system prompt.")
+                           description="This connection's rollout: the open scan, the system prompt.")
         def episode() -> str:
             env = self.rollout(self.mcp.get_context())
             return json.dumps({"prompt": env.observation()["prompt"], "scan": env.scan_index, "done": env.done,
-                               "tools": env.tools(), "system_prompt": env.system_prompt(),
+                               "system_prompt": env.system_prompt(),
                                "memory_mode": env.config.memory_mode, "n_scans": env.n_scans,
                                "max_calls_per_scan": env.config.max_calls_per_scan})
 

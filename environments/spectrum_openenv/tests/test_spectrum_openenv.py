@@ -28,7 +28,9 @@ from spectrum_openenv import OpenEnvEpisode, OpenEnvToolEnv, SpectrumAction, Spe
 from spectrum_openenv.client import openai_request  # noqa: E402
 from spectrum_rft.rollouts.dataset import make_rows  # noqa: E402
 from spectrum_rft.task.environment import env_for_row  # noqa: E402
-from spectrum_rft.training.spectrum.trl_env import tool_names  # noqa: E402
+from spectrum_rft.task.instructions import tool_schemas  # noqa: E402
+from spectrum_rft.task.memory import MEMORY_MODES  # noqa: E402
+from spectrum_rft.training.spectrum.trl_env import tool_env_class, tool_names  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "tests"))  # the loopback model (tests/loopback_llm.py)
@@ -239,12 +241,13 @@ def test_tools_on_mcp_are_the_rows(server):
             bad = await client.call_tool("submit_report", center_freqs="everywhere")
             return row_id, info, tools, good, bad
 
-    for mode in ("scaffold", "notepad"):
+    for mode in MEMORY_MODES:  # byte for byte what the in-process path and the evaluator's MCP server offer
         row_id, info, tools, good, bad = _run(go(mode))
         env, seed = env_for_row(row_id, info)
         env.reset(seed)
-        want = {t["function"]["name"]: t["function"]["parameters"] for t in env.tools()}
-        assert {t.name: t.input_schema for t in tools} == want
+        listed = [{"type": "function", "function": {"name": t.name, "description": t.description,
+                                                    "parameters": t.input_schema}} for t in tools]
+        assert json.dumps(listed) == json.dumps(env.tools()) == json.dumps(tool_schemas(mode)), mode
         r = env.call_tool("submit_report", {"center_freqs": [100.0, 250.0]}, first=True, last=True)
         assert good["ok"] and good["advanced"] and good["scan"] == 1 and good["scan_reward"] == r.reward
         assert not bad["ok"] and bad["error"].startswith("center_freqs must be a list")
@@ -440,3 +443,20 @@ def test_openenv_matches_spectrum_rft_eval(server, loopback, tmp_path):
             f = p.result["faults"]
             assert p.result["scans_skipped"] == 2 and f["llm_5xx"] == 4 and f["llm_empty_choices"] == 4
             assert f["llm_gave_up"] == 2 and p.stats.model_calls == p.result["n_scans"] - 2
+
+
+def test_the_trl_class_offers_what_the_trl_adapter_offers():
+    """For every mode, OpenEnv's TRL class declares the TRL adapter's tools exactly: the same names, and for
+    each the signature, annotations and docstring that TRL renders the schema from (``get_json_schema``; the
+    adapter's rendering is held to the env's schemas in the main suite's ``test_trl_env``, this venv has no
+    transformers)."""
+    import inspect
+
+    def declared(cls) -> dict:
+        return {n: (str(inspect.signature(getattr(cls, n))), inspect.getdoc(getattr(cls, n)),
+                    repr(getattr(cls, n).__annotations__)) for n in sorted(tool_names(cls))}
+
+    for mode in MEMORY_MODES:
+        ours = declared(tool_env_class(mode))
+        assert set(ours) == {t["function"]["name"] for t in tool_schemas(mode)}, mode
+        assert declared(OpenEnvToolEnv.for_mode(mode)) == ours, mode

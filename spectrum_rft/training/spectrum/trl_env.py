@@ -408,9 +408,10 @@ SpectrumToolEnv, SpectrumNotepadToolEnv, SpectrumIclNotepadToolEnv = TOOL_ENV_CL
 
 
 def tool_names(env: Any) -> set[str]:
-    """The tools TRL exposes for ``env``: public functions of its class other than reset/get_reward (trl
-    1.16's rule)."""
-    by_class = {n for n, _ in inspect.getmembers(type(env), predicate=inspect.isfunction)}
+    """The tools TRL exposes for ``env`` (an instance, or its class): public functions of its class other than
+    reset/get_reward (trl 1.16's rule)."""
+    cls = env if isinstance(env, type) else type(env)
+    by_class = {n for n, _ in inspect.getmembers(cls, predicate=inspect.isfunction)}
     return {n for n in by_class if n not in ("reset", "get_reward") and not n.startswith("_")}
 
 
