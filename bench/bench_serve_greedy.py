@@ -48,7 +48,7 @@ def main() -> None:
                                          return_tensors="pt")
         t = time.process_time()
         with torch.no_grad():
-            ref = hf.model.generate(**enc, max_new_tokens=160, do_sample=False, pad_token_id=hf.tok.pad_token_id,
+            ref = hf.engine.model.generate(**enc, max_new_tokens=160, do_sample=False, pad_token_id=hf.tok.pad_token_id,
                                     eos_token_id=hf.tok.eos_token_id)
         plain += time.process_time() - t
         same += out["usage"]["completion_tokens"] == ref.shape[1] - enc["input_ids"].shape[1]

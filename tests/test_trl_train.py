@@ -246,12 +246,13 @@ def test_serve_hf_answers_with_parsed_tool_calls(sft_run):
         status, out2 = post({"model": "spectrum-hf", "messages": [second["prompt"][0], {"role": "user", "content": obs2}],
                              "tools": tool_schemas_of(env), "max_tokens": 80, "temperature": 0})
         assert status == 200 and out2["choices"][0]["finish_reason"] == "tool_calls", out2
-        assert hf._greedy._preamble is not None and len(hf._greedy._preamble[0]) > 100
+        greedy = hf.engine.sampler()  # the transformers engine's unconstrained sampler
+        assert greedy._preamble is not None and len(greedy._preamble[0]) > 100
         ids = list(hf.tok.apply_chat_template([second["prompt"][0], {"role": "user", "content": obs2}],
                                               tools=tool_schemas_of(env), add_generation_prompt=True, tokenize=True,
                                               return_dict=False))
-        reply = hf._greedy.greedy(hf.model, ids)
-        assert _greedy_under_a_plain_forward(hf.model, ids, reply) < 1e-3
+        reply = greedy.greedy(hf.engine.model, ids)
+        assert _greedy_under_a_plain_forward(hf.engine.model, ids, reply) < 1e-3
         assert post({"messages": []})[0] == 400
         assert post({"messages": [{"role": "user", "content": "x"}], "max_tokens": -1})[0] == 400
         # the grammar on request: tool_choice "required" -> one well formed call of the request's tools (the

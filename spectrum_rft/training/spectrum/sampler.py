@@ -63,6 +63,10 @@ def _past_cap(params: dict, over: int) -> dict:
     return {**params, "properties": props}
 
 
+class GrammarError(ValueError):
+    """The tool-call grammar of some tools could not be built (a schema the grammar compiler refuses)."""
+
+
 def tool_call_schema(tools: Sequence[dict], *, over_cap: int = OVER_CAP) -> dict:
     """JSON schema of one call ``{"name": ..., "arguments": {...}}`` of any of ``tools`` (OpenAI function
     schemas, e.g. :func:`spectrum_rft.task.environment.tool_schemas`), whose lists may run ``over_cap``

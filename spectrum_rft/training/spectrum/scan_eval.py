@@ -17,7 +17,6 @@ OTHER.json...`` prints each checkpoint's mean per-scan difference from the base'
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 import time
@@ -27,7 +26,9 @@ from typing import Any
 from spectrum_rft.common.stats import mean, mean_se
 from spectrum_rft.task.arms import ARMS
 from spectrum_rft.training.spectrum.trl_env import SCRIPTED_HISTORIES
-from spectrum_rft.training.spectrum.vllm_engine import ENGINES, VllmEngine, add_memory_flag, vllm_missing
+from spectrum_rft.training.spectrum.engines import (Engine, EngineOptions, TransformersEngine, add_engine_flag,
+                                                    engine_missing, make_engine)
+from spectrum_rft.training.spectrum.vllm_engine import add_memory_flag
 
 SUMMARY_KEYS = ("valid", "score", "gain_vs_memoryless", "gain_valid", "echo_copy", "beyond_current")
 
@@ -35,46 +36,37 @@ SUMMARY_KEYS = ("valid", "score", "gain_vs_memoryless", "gain_valid", "echo_copy
 def evaluate(model_dir: str | Path, *, arm: str = "weak-scaffold", scans: int = 200, temperature: float = 1.0,
              constrained: bool = False, salt: str = "heldout-scan", batch: int = 8, max_new_tokens: int = 160,
              seed: int = 0, threads: int = 0, model: Any = None, tokenizer: Any = None,
-             echo_history: str = "accumulate", engine: Any = None) -> dict:
+             echo_history: str = "accumulate", engine: Engine | None = None) -> dict:
     """``scans`` scan episodes of ``arm``, one completion each: per-scan records and their means. The
-    completions come from ``model`` (transformers, the :class:`GroupSampler` training samples with) or, given
-    ``engine`` (a :class:`~spectrum_rft.training.spectrum.vllm_engine.VllmEngine`), from vLLM under the
-    same grammar; the rest (rows, rendering, parsing, judging) is the same code."""
-    import torch  # noqa: PLC0415
-
-    from spectrum_rft.training.trl_common import load_model, load_tokenizer  # noqa: PLC0415
-    from spectrum_rft.training.spectrum.sampler import tool_call_grammar  # noqa: PLC0415
+    completions come from ``engine`` (:mod:`.engines`; None: the transformers engine over ``model``, or the
+    checkpoint loaded from ``model_dir``), under the env's tool-call grammar when ``constrained``; the rest
+    (rows, rendering, parsing, judging) is the same code for every engine."""
+    from spectrum_rft.task.instructions import tool_schemas  # noqa: PLC0415
+    from spectrum_rft.training.trl_common import load_tokenizer  # noqa: PLC0415
     from spectrum_rft.training.spectrum.trl_data import grpo_rows, scan_sampler  # noqa: PLC0415
 
-    if threads:
-        torch.set_num_threads(threads)
     a = ARMS[arm]
     tok = tokenizer or load_tokenizer(Path(model_dir))
     if engine is None:
-        model = model or load_model(Path(model_dir))
-        model.eval()
+        engine = TransformersEngine(model_dir, tok, EngineOptions(threads=threads), model=model)
     rows = grpo_rows(scans, prompt=a.prompt, memory_mode=a.memory_mode, salt=salt, prefix="scan-eval",
                      episode="scan", scan_in_prompt=True, echo_history=echo_history)
-    # vLLM gets the grammar's text; the transformers sampler compiles it for the model's vocabulary
-    sampler = scan_sampler(tok, a.memory_mode, constrained=constrained and engine is None,
-                           max_new_tokens=max_new_tokens, vocab_size=None if engine else model.config.vocab_size)
-    grammar = tool_call_grammar(sampler.grammar_tools) if constrained and engine is not None else None
+    # the prompts as training renders them (TRL's rendering of the adapter's tools); the grammar is the env's tools'
+    render = scan_sampler(tok, a.memory_mode)
+    tools = tool_schemas(a.memory_mode) if constrained else None
     t0 = time.time()
-    # transformers: the rows' shared preamble (system prompt, tools) prefilled once for the whole evaluation
-    shared = sampler.preamble(model, [sampler.prompt_ids(r["prompt"]) for r in rows]) if engine is None \
-        else contextlib.nullcontext()
-    with shared:
-        records = _sample_and_judge(rows, sampler, tok, model, engine, grammar, batch=batch, temperature=temperature,
+    # the rows' shared preamble (system prompt, tools) computed once for the whole evaluation, where the engine can
+    with engine.shared_prefix([render.prompt_ids(r["prompt"]) for r in rows], tools=tools):
+        records = _sample_and_judge(rows, render, tok, engine, tools, batch=batch, temperature=temperature,
                                     max_new_tokens=max_new_tokens, seed=seed, t0=t0)
     summary = {k: mean(float(r[k]) if r[k] is not None else None for r in records) for k in SUMMARY_KEYS}
     summary["keeps_echo_beyond"] = keeps_echo_beyond(records)
     return {"arm": arm, "scans": len(records), "temperature": temperature, "constrained": constrained, "salt": salt,
-            "echo_history": echo_history, "engine": "transformers" if engine is None else "vllm",
-            "device": str(next(model.parameters()).device) if engine is None else "vllm",
+            "echo_history": echo_history, "engine": engine.name, "device": engine.label,
             "seconds": round(time.time() - t0, 1), **summary, "records": records}
 
 
-def _sample_and_judge(rows: list[dict], sampler: Any, tok: Any, model: Any, engine: Any, grammar: Any, *, batch: int,
+def _sample_and_judge(rows: list[dict], render: Any, tok: Any, engine: Engine, tools: list | None, *, batch: int,
                       temperature: float, max_new_tokens: int, seed: int, t0: float) -> list[dict]:
     """One completion per row, ``batch`` rows at a time, each judged by a fresh env of its row."""
     from trl.chat_template_utils import parse_response  # noqa: PLC0415
@@ -84,12 +76,9 @@ def _sample_and_judge(rows: list[dict], sampler: Any, tok: Any, model: Any, engi
     records: list[dict] = []
     for start in range(0, len(rows), batch):
         chunk = rows[start:start + batch]
-        ids = [sampler.prompt_ids(r["prompt"]) for r in chunk]
-        if engine is None:
-            comps = sampler.sample_each(model, ids, temperature=temperature, seed=seed + start)[0]
-        else:
-            comps = [c for c, _ in engine.complete(ids, grammar=grammar, temperature=temperature,
-                                                   max_new_tokens=max_new_tokens, seed=seed + start)]
+        ids = [render.prompt_ids(r["prompt"]) for r in chunk]
+        comps = [c for c, _ in engine.complete(ids, tools=tools, temperature=temperature,
+                                               max_new_tokens=max_new_tokens, seed=seed + start)]
         for row, p, c in zip(chunk, ids, comps):
             message = parse_response(tok, c, prefix=p)
             m = judge(row, message).metrics()
@@ -201,9 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--device", default="auto", help="torch device of the model: auto (cuda when there is one), cpu, "
                     "cuda, cuda:N (transformers engine)")
-    ap.add_argument("--engine", default="transformers", choices=ENGINES,
-                    help="who samples: transformers (the sampler GRPO trains with) or vllm (vLLM's offline engine, "
-                         "float32, the same grammar: the same greedy completions; vLLM must be installed)")
+    add_engine_flag(ap)
     add_memory_flag(ap)
     ap.add_argument("--out", default=None, help="write the records and summary (JSON) here")
     a = ap.parse_args(argv)
@@ -219,26 +206,26 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(a.model).is_dir():
         print(f"spectrum-rft scan-eval: no checkpoint directory {a.model}", file=sys.stderr)
         return 2
-    from spectrum_rft.training.trl_common import load_model, load_tokenizer  # noqa: PLC0415
+    from spectrum_rft.training.trl_common import load_tokenizer  # noqa: PLC0415
 
-    if a.engine == "vllm":
-        if (missing := vllm_missing()) is not None:
-            print(f"spectrum-rft scan-eval: --engine vllm: {missing}", file=sys.stderr)
-            return 2
-    else:
+    if (missing := engine_missing(a.engine)) is not None:
+        print(f"spectrum-rft scan-eval: --engine {a.engine}: {missing}", file=sys.stderr)
+        return 2
+    device = None
+    if a.engine == "transformers":  # --device is that engine's
         try:
             device = torch_device(a.device)
         except (RuntimeError, ValueError) as e:
             print(f"spectrum-rft scan-eval: --device {a.device}: {e}", file=sys.stderr)
             return 2
     tok = load_tokenizer(Path(a.model))
-    model = load_model(Path(a.model)).to(device) if a.engine == "transformers" else None
-    engine = VllmEngine(a.model, tok, memory_fraction=a.vllm_memory) if a.engine == "vllm" else None
+    engine = make_engine(a.engine, a.model, tok, EngineOptions(threads=a.threads, device=device,
+                                                               vllm_memory=a.vllm_memory))
     results = []
     for t in a.temperature or [1.0]:
         r = evaluate(a.model, arm=a.arm, scans=a.scans, temperature=t, constrained=a.constrained, salt=a.salt,
-                     batch=a.batch, max_new_tokens=a.max_new_tokens, threads=a.threads, model=model, tokenizer=tok,
-                     echo_history=a.echo_history, engine=engine)
+                     batch=a.batch, max_new_tokens=a.max_new_tokens, tokenizer=tok, echo_history=a.echo_history,
+                     engine=engine)
         results.append(r)
         fmt = {k: "n/a" if r[k] is None else f"{r[k]:+.3f}" for k in SUMMARY_KEYS}
         print(f"scan-eval {a.model} arm {a.arm} T={t:g}{' constrained' if a.constrained else ''}: {r['scans']} scans, "

@@ -50,8 +50,9 @@ from pathlib import Path
 from typing import Any
 
 from spectrum_rft.task.actions import InvalidArguments, is_blank, parse_arguments
-from spectrum_rft.training.spectrum.vllm_engine import (ENGINES, EVAL_MEMORY, VllmEngine, add_memory_flag,
-                                                        vllm_missing)
+from spectrum_rft.training.spectrum.engines import EngineOptions, add_engine_flag, engine_kind, engine_missing
+from spectrum_rft.training.spectrum.sampler import GrammarError
+from spectrum_rft.training.spectrum.vllm_engine import EVAL_MEMORY, add_memory_flag
 
 DEFAULT_MAX_TOKENS = 256
 
@@ -90,54 +91,24 @@ def _messages(raw: Any) -> list[dict]:
 
 
 class HfChatModel:
-    """A causal LM + its tokenizer answering chat requests (one at a time). ``engine``: who computes the
-    completions, transformers (float32, the sampler constrained training uses) or vLLM
-    (:class:`~spectrum_rft.training.spectrum.vllm_engine.VllmEngine`, float32, the same grammar); rendering and
-    parsing are the same code for both."""
+    """A checkpoint's tokenizer + an engine answering chat requests (one at a time). ``engine``: who computes the
+    completions (:mod:`.engines`: transformers, float32, the sampler constrained training uses; vLLM, float32,
+    the same grammar; or a registered one); rendering and parsing are the same code for every engine."""
 
     def __init__(self, model_dir: str | Path, threads: int = 0, *, grammar: bool = False,
                  engine: str = "transformers", vllm_memory: float = EVAL_MEMORY) -> None:
-        import torch  # noqa: PLC0415
         from transformers import AutoConfig, AutoTokenizer  # noqa: PLC0415
 
         from spectrum_rft.training.chat_template import with_tool_template  # noqa: PLC0415
-        from spectrum_rft.training.trl_common import load_model  # noqa: PLC0415
 
-        if engine not in ENGINES:
-            raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
-        if threads:
-            torch.set_num_threads(threads)
+        kind = engine_kind(engine)  # an unknown name: one line, before anything is loaded
         self.tok = with_tool_template(AutoTokenizer.from_pretrained(model_dir))
-        self.model = self.vllm = None
-        if engine == "vllm":
-            self.vllm = VllmEngine(model_dir, self.tok, memory_fraction=vllm_memory)
-            self.config = AutoConfig.from_pretrained(model_dir)
-        else:
-            self.model = load_model(model_dir).eval()
-            self.config = self.model.config
+        self.engine = kind.build(Path(model_dir), self.tok, EngineOptions(threads=threads, vllm_memory=vllm_memory,
+                                                                          server=True))
+        self.config = getattr(self.engine, "config", None) or AutoConfig.from_pretrained(model_dir)
         self.max_len = getattr(self.config, "max_position_embeddings", 8192)
         self.lock = threading.Lock()
         self.grammar = grammar  # every request with tools is sampled under their grammar
-        self._samplers: dict[str, Any] = {}  # grammars by the request's tools: compiled (transformers), text (vLLM)
-        self._greedy: Any = None  # transformers: the unconstrained sampler of greedy requests (its preamble kept)
-        if self.model is not None:
-            from spectrum_rft.training.spectrum.sampler import GroupSampler  # noqa: PLC0415
-
-            self._greedy = GroupSampler(self.tok, tools=[], vocab_size=self.config.vocab_size)
-
-    def _sampler(self, tools: list) -> Any:
-        """The constrained sampler of a request's tools (built once per distinct tool list): the transformers
-        engine's :class:`GroupSampler`, or the grammar's text for vLLM."""
-        from spectrum_rft.training.spectrum.sampler import GroupSampler, tool_call_grammar  # noqa: PLC0415
-
-        key = json.dumps(tools, sort_keys=True)
-        if key not in self._samplers:
-            try:
-                self._samplers[key] = tool_call_grammar(tools) if self.vllm else GroupSampler(
-                    self.tok, tools=tools, grammar_tools=tools, constrained=True, vocab_size=self.config.vocab_size)
-            except Exception as e:  # noqa: BLE001 (a schema the grammar compiler refuses is the request's problem)
-                raise BadRequest(f"cannot build the tool-call grammar of these tools: {e}") from e
-        return self._samplers[key]
 
     def complete(self, body: dict) -> dict:
         from trl.chat_template_utils import parse_response  # noqa: PLC0415
@@ -146,8 +117,10 @@ class HfChatModel:
         tools = body.get("tools") or None
         max_new = body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_MAX_TOKENS
         temperature = body.get("temperature") or 0.0
-        if not isinstance(max_new, int) or max_new < 1 or not isinstance(temperature, (int, float)) or temperature < 0:
-            raise BadRequest("max_tokens must be a positive integer and temperature a number >= 0")
+        seed = body.get("seed") or 0
+        if not isinstance(max_new, int) or max_new < 1 or not isinstance(temperature, (int, float)) or temperature < 0 \
+                or not isinstance(seed, int) or seed < 0:
+            raise BadRequest("max_tokens must be a positive integer, temperature a number >= 0 and seed an integer >= 0")
         try:
             enc = self.tok.apply_chat_template(messages, tools=tools, add_generation_prompt=True, return_dict=True,
                                                return_tensors="pt")
@@ -158,10 +131,14 @@ class HfChatModel:
         if n_prompt >= self.max_len:
             raise BadRequest(f"the prompt has {n_prompt} tokens; the model's context is {self.max_len}")
         max_new = min(max_new, self.max_len - n_prompt)
-        if tools and (self.grammar or body.get("tool_choice") == "required"):
-            new, finished = self._constrained(tools, prompt_ids[0].tolist(), max_new, float(temperature))
-        else:
-            new, finished = self._free(enc, n_prompt, max_new, float(temperature))
+        constrained = bool(tools) and (self.grammar or body.get("tool_choice") == "required")
+        try:
+            with self.lock:
+                [(new, finished)] = self.engine.complete([prompt_ids[0].tolist()], tools=tools if constrained else None,
+                                                         temperature=float(temperature), max_new_tokens=max_new,
+                                                         seed=seed)
+        except GrammarError as e:
+            raise BadRequest(str(e)) from e
         parsed = parse_response(self.tok, new, prefix=prompt_ids[0].tolist()) if new else {"content": ""}
         message: dict[str, Any] = {"role": "assistant", "content": parsed.get("content") or None}
         calls = parsed.get("tool_calls") or []
@@ -175,46 +152,6 @@ class HfChatModel:
                 "model": body.get("model", "hf"), "choices": [{"index": 0, "message": message, "finish_reason": reason}],
                 "usage": {"prompt_tokens": n_prompt, "completion_tokens": len(new), "total_tokens": n_prompt + len(new)}}
 
-
-    def _free(self, enc: Any, n_prompt: int, max_new: int, temperature: float) -> tuple[list[int], bool]:
-        """The model on its own: its new tokens and whether it ended its turn."""
-        import torch  # noqa: PLC0415
-
-        if self.vllm is not None:
-            with self.lock:
-                return self.vllm.complete([enc["input_ids"][0].tolist()], temperature=temperature,
-                                          max_new_tokens=max_new)[0]
-        if temperature == 0:  # greedy: the sampler's drafted decoding, from the requests' shared preamble
-            ids = enc["input_ids"][0].tolist()
-            with self.lock:
-                greedy = self._greedy
-                greedy.max_new_tokens = max_new
-                greedy.remember(self.model, ids)
-                new = greedy.greedy(self.model, ids)
-            return new, bool(new) and new[-1] in greedy.stop_ids
-
-        kwargs: dict[str, Any] = {"max_new_tokens": max_new, "pad_token_id": self.tok.pad_token_id or self.tok.eos_token_id,
-                                  "eos_token_id": self.tok.eos_token_id}
-        if temperature > 0:
-            kwargs.update(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
-        else:
-            kwargs.update(do_sample=False)
-        with self.lock, torch.no_grad():
-            out = self.model.generate(**enc, **kwargs)
-        new = out[0, n_prompt:].tolist()
-        return new, bool(new) and new[-1] == self.tok.eos_token_id
-
-    def _constrained(self, tools: list, prompt_ids: list[int], max_new: int, temperature: float) -> tuple[list[int], bool]:
-        """One completion under the tool-call grammar of ``tools``: its tokens and whether it ended its turn."""
-        with self.lock:
-            sampler = self._sampler(tools)
-            if self.vllm is not None:
-                return self.vllm.complete([prompt_ids], grammar=sampler, temperature=temperature,
-                                          max_new_tokens=max_new)[0]
-            sampler.max_new_tokens = max_new
-            comps, _ = sampler.sample_prompts(self.model, [prompt_ids], temperature=temperature)
-        new = comps[0]
-        return new, bool(new) and new[-1] in sampler.stop_ids
 
 
 def request_line(code: int, payload: dict, seconds: float) -> str:
@@ -280,10 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--name", default="spectrum-hf", help="the model id the server reports")
     ap.add_argument("--port", type=int, default=8011)
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
-    ap.add_argument("--engine", default="transformers", choices=ENGINES,
-                    help="who computes the completions: transformers (float32, the sampler constrained training "
-                         "uses) or vllm (vLLM's offline engine, float32, the same grammar: the same greedy replies; "
-                         "vLLM must be installed: docs/TRAINING.md)")
+    add_engine_flag(ap)
     add_memory_flag(ap)
     ap.add_argument("--grammar", action="store_true",
                     help="sample every request that has tools under the tool-call grammar of its tools (one well "
@@ -293,10 +227,9 @@ def main(argv: list[str] | None = None) -> int:
     if not (Path(a.model) / "config.json").is_file():
         print(f"spectrum-rft serve-hf: {a.model}: not a model directory (no config.json)", file=sys.stderr)
         return 2
-    if a.engine == "vllm":
-        if (missing := vllm_missing()) is not None:
-            print(f"spectrum-rft serve-hf: --engine vllm: {missing}", file=sys.stderr)
-            return 2
+    if (missing := engine_missing(a.engine)) is not None:
+        print(f"spectrum-rft serve-hf: --engine {a.engine}: {missing}", file=sys.stderr)
+        return 2
 
     def stop(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt

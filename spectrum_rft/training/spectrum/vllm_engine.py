@@ -1,6 +1,7 @@
 """vLLM as the sampler of evaluation: ``spectrum-rft scan-eval --engine vllm`` and ``serve-hf --engine vllm``.
 
-One :class:`VllmEngine` per checkpoint (vLLM's offline ``LLM``) answers what the transformers engines answer:
+One :class:`VllmEngine` per checkpoint (vLLM's offline ``LLM``), an
+:class:`~spectrum_rft.training.spectrum.engines.Engine`, answers what the transformers engine answers:
 a completion of each prompt (token ids, rendered by the caller with the checkpoint's own chat template),
 greedy at temperature 0, and, given a grammar, under it: the text of
 :func:`~spectrum_rft.training.spectrum.sampler.tool_call_grammar` (the grammar constrained training samples
@@ -21,13 +22,14 @@ venv of its own (``bash scripts/install_vllm.sh``, docs/TRAINING.md).
 
 from __future__ import annotations
 
+import contextlib
+import json
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, ContextManager, Sequence
 
-from spectrum_rft.training.spectrum.sampler import stop_ids
+from spectrum_rft.training.spectrum.sampler import GrammarError, stop_ids, tool_call_grammar
 
 
-ENGINES = ("transformers", "vllm")  # who computes the completions of scan-eval and serve-hf
 EVAL_MEMORY = 0.2  # the share of memory an evaluation engine reserves (``--vllm-memory``)
 
 
@@ -64,28 +66,44 @@ def add_memory_flag(ap: Any, default: float = EVAL_MEMORY) -> None:
 class VllmEngine:
     """A checkpoint in vLLM's offline engine: :meth:`complete` samples token completions of token prompts."""
 
+    name = label = "vllm"
+
     def __init__(self, model_dir: str | Path, tokenizer: Any, *, dtype: str = "float32", max_model_len: int | None = None,
                  memory_fraction: float = EVAL_MEMORY, seed: int = 0) -> None:
         from vllm import LLM  # noqa: PLC0415
         from vllm.platforms import current_platform  # noqa: PLC0415
 
         self.stop = stop_ids(tokenizer)
+        self._grammars: dict[str, str] = {}  # the grammar text of each tool list
         self.llm = LLM(model=str(model_dir), dtype=dtype, max_model_len=max_model_len, seed=seed,
                        gpu_memory_utilization=memory_fraction, enforce_eager=current_platform.is_cpu())
 
-    def complete(self, prompts: Sequence[Sequence[int]], *, grammar: str | None = None,
+    def _grammar(self, tools: Sequence[dict]) -> str:
+        key = json.dumps(list(tools), sort_keys=True)
+        if key not in self._grammars:
+            try:
+                self._grammars[key] = tool_call_grammar(tools)
+            except Exception as e:  # noqa: BLE001 (a schema the grammar cannot follow is the request's problem)
+                raise GrammarError(f"cannot build the tool-call grammar of these tools: {e}") from e
+        return self._grammars[key]
+
+    def complete(self, prompts: Sequence[Sequence[int]], *, tools: Sequence[dict] | None = None,
                  temperature: float = 0.0, max_new_tokens: int = 256, seed: int = 0) -> list[tuple[list[int], bool]]:
         """One completion of each prompt: its tokens (the turn's stop token included when it ended) and whether
-        it ended its turn (False: cut at ``max_new_tokens``). With ``grammar`` (a :func:`~spectrum_rft.training.
-        spectrum.sampler.tool_call_grammar`), under it;
-        ``temperature`` 0 is greedy, otherwise prompt i is sampled with seed ``seed + i`` (top-p 1, no top-k)."""
+        it ended its turn (False: cut at ``max_new_tokens``). With ``tools``, under their
+        :func:`~spectrum_rft.training.spectrum.sampler.tool_call_grammar`; ``temperature`` 0 is greedy,
+        otherwise prompt i is sampled with seed ``seed + i`` (top-p 1, no top-k)."""
         from vllm import SamplingParams  # noqa: PLC0415
         from vllm.sampling_params import StructuredOutputsParams  # noqa: PLC0415
 
-        structured = StructuredOutputsParams(grammar=grammar) if grammar else None
+        structured = StructuredOutputsParams(grammar=self._grammar(tools)) if tools is not None else None
         params = [SamplingParams(temperature=temperature, top_p=1.0, top_k=-1, max_tokens=max_new_tokens,
                                  seed=None if temperature == 0 else seed + i, stop_token_ids=self.stop,
                                  structured_outputs=structured) for i in range(len(prompts))]
         outs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], params, use_tqdm=False)
         # a turn ended by a stop token keeps it in token_ids (as the transformers sampler's completions do)
         return [(list(o.outputs[0].token_ids), o.outputs[0].finish_reason == "stop") for o in outs]
+
+    def shared_prefix(self, prompts: Sequence[Sequence[int]], *, tools: Sequence[dict] | None = None) -> ContextManager[None]:
+        """vLLM caches prefixes itself."""
+        return contextlib.nullcontext()
