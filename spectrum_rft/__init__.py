@@ -9,6 +9,7 @@ Layers, lowest first; a module imports only from its own layer or lower ones (te
                 the dataset rows, the row result both evaluation entries return
 * ``baselines`` scripted policies, the reward audit, the policies served as litellm models
 * ``tools`` / ``training``  the commands (eval, launch, report, bench90, local model; the trainer)
+* ``api``       the public names in one module (:mod:`spectrum_rft.api`), each imported from its room on first use
 
 The project root keeps the design card's entry points (``spectrum_adapter.py``, ``spectrum_mcp.py``,
 ``spectrum_server.py``, ``test_spectrum_*.py``...) as thin public modules; package code never imports them.

@@ -1,7 +1,8 @@
 """The package's shape: layers import only downward, no import cycles, no private attributes of the
 libraries we stand on, and package code never imports the project root's entry points.
 
-Layers, lowest first (spectrum_rft/__init__.py): common < task < rollouts < baselines < tools, training.
+Layers, lowest first (spectrum_rft/__init__.py): common < task < rollouts < baselines < tools, training < api
+(the public names, imported from their rooms).
 A module may import its own layer or a lower one; ``tools`` and ``training`` are siblings (neither imports
 the other). Lazy imports inside functions count too: a cycle through a function body is still a cycle.
 """
@@ -15,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "spectrum_rft"
-RANK = {"common": 0, "task": 1, "rollouts": 2, "baselines": 3, "tools": 4, "training": 4}
+RANK = {"common": 0, "task": 1, "rollouts": 2, "baselines": 3, "tools": 4, "training": 4, "api": 5}
 ROOT_ENTRIES = {p.stem for p in ROOT.glob("*.py")} | {"spectrum_templates"}
 LIBRARIES = ("eval_protocol", "mcp", "litellm", "trl", "transformers", "peft", "accelerate", "datasets")
 
@@ -423,6 +424,9 @@ def _layout_problems(rows: dict[str, list[str]]) -> list[str]:
     bad = [f"layer {layer} has no row in the layout table" for layer in RANK if layer not in rows]
     for layer, names in rows.items():
         folder = PKG / layer
+        if layer in RANK and (PKG / f"{layer}.py").is_file():  # a layer of one module (api)
+            bad += [] if names[:1] == [layer] else [f"the layout row of {layer} must name its module {layer}"]
+            continue
         if layer not in RANK or not folder.is_dir():
             bad.append(f"the layout table names a layer {layer!r} that does not exist")
             continue
