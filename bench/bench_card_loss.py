@@ -31,7 +31,7 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
-    from spectrum_rft.training.card import card as C
+    from spectrum_rft.training.gsm8k import card as C
     from spectrum_rft.training.sc_grpo import loss_and_gradient, probe_trainer
 
     torch.set_num_threads(args.threads)

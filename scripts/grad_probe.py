@@ -34,8 +34,8 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    from spectrum_rft.training.card import card as C
-    from spectrum_rft.training.card import gsm8k as gsm
+    from spectrum_rft.training.gsm8k import card as C
+    from spectrum_rft.training.gsm8k import data as gsm
     from spectrum_rft.training.sc_grpo import loss_and_gradient, probe_trainer
 
     model, tok = C.lora_model("smollm2", rank=32, alpha=32)

@@ -92,7 +92,7 @@ def test_imports_point_down():
     assert not bad, "upward or sideways imports:\n" + "\n".join(bad)
 
 
-TRAINING_PRODUCTS = ("spectrum_rft.training.spectrum", "spectrum_rft.training.card")
+TRAINING_PRODUCTS = ("spectrum_rft.training.spectrum", "spectrum_rft.training.gsm8k")
 TRAINING_DISPATCH = "spectrum_rft.training.train_cli"  # `spectrum-rft train` picks the product
 
 
@@ -121,12 +121,12 @@ def test_training_products_are_siblings():
 
 def test_the_training_check_sees_a_crossing(tmp_path):
     bad_file = tmp_path / "x.py"
-    bad_file.write_text("from spectrum_rft.training.card import gsm8k\n")
+    bad_file.write_text("from spectrum_rft.training.gsm8k import data\n")
     shared = tmp_path / "y.py"
     shared.write_text("from spectrum_rft.training.spectrum import trl_env\n")
     found = "\n".join(_training_problems({"spectrum_rft.training.spectrum.x": bad_file,
                                            "spectrum_rft.training.y": shared}))
-    assert "spectrum_rft.training.spectrum imports spectrum_rft.training.card" in found
+    assert "spectrum_rft.training.spectrum imports spectrum_rft.training.gsm8k" in found
     assert "training (shared) imports spectrum_rft.training.spectrum" in found
 
 
@@ -464,7 +464,7 @@ NOT_A_NAME = {
     ("spectrum_rft.tools.bench90", "none"): "OpenAI's tool_choice value",
     ("spectrum_rft.tools.launch.plan", "none"): "a Fireworks job field's value",
     ("spectrum_rft.tools.launch.tarball", "none"): "a word the secret scan ignores",
-    ("spectrum_rft.training.card.card", "none"): "TRL's scale_rewards value",
+    ("spectrum_rft.training.gsm8k.card", "none"): "TRL's scale_rewards value",
 }
 
 

@@ -129,7 +129,7 @@ def test_a_missing_smollm2_wheel_names_the_install_line(monkeypatch, capsys, tmp
 
 
 def _config_classes():
-    from spectrum_rft.training.card.card import CardConfig
+    from spectrum_rft.training.gsm8k.card import CardConfig
     from spectrum_rft.training.spectrum.trl_run import GrpoConfig, SftConfig
 
     return {"sft": SftConfig, "train": GrpoConfig, "train --task gsm8k": CardConfig}

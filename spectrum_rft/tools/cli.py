@@ -30,7 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "memory-report": ("spectrum_rft.training.spectrum.memory_report:main", "TRL runs: did GRPO teach memory? (real echo vs control)"),
     "serve-hf": ("spectrum_rft.training.spectrum.serve:main", "serve a Hugging Face checkpoint OpenAI-compatibly"),
     "smoke": ("spectrum_rft.training.spectrum.smoke:main", "sft -> 1 GRPO step -> serve-hf -> eval, tiny and timed (configs/train/smoke.toml)"),
-    "train-report": ("spectrum_rft.training.card.report:main", "compare training runs: peak/final accuracy, verdict"),
+    "train-report": ("spectrum_rft.training.gsm8k.report:main", "compare training runs: peak/final accuracy, verdict"),
 }
 
 

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]  # the project root (git revision, recorded files)
-RECORD_FILES = ("spectrum_rft/training/card/card.py", "spectrum_rft/training/sc_grpo.py", "spectrum_rft/training/sc_options.py",
+RECORD_FILES = ("spectrum_rft/training/gsm8k/card.py", "spectrum_rft/training/sc_grpo.py", "spectrum_rft/training/sc_options.py",
                 "spectrum_rft/training/trl_common.py", "spectrum_rft/training/models.py",
                 "spectrum_rft/training/provenance.py", "spectrum_rft/training/loss.py",
-                "spectrum_rft/training/card/gsm8k.py", "spectrum_rft/training/spectrum/trl_env.py",
+                "spectrum_rft/training/gsm8k/data.py", "spectrum_rft/training/spectrum/trl_env.py",
                 "spectrum_rft/training/spectrum/trl_data.py", "spectrum_rft/training/spectrum/trl_run.py",
                 "spectrum_rft/training/chat_template.py", "spectrum_rft/task/environment.py",
                 "spectrum_rft/task/reward.py")

@@ -25,7 +25,7 @@ def train_command(argv: list[str] | None = None) -> int:
         return 2
     rest = _without(argv, "--task")
     if task == "gsm8k" or _value(argv, "--preset") == "card":
-        from spectrum_rft.training.card import card  # noqa: PLC0415
+        from spectrum_rft.training.gsm8k import card  # noqa: PLC0415
 
         return card.main(rest)
     from spectrum_rft.training.spectrum import trl_run  # noqa: PLC0415

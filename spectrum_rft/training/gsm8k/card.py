@@ -8,7 +8,7 @@ test problems at step 0, every 10 steps and at the end. The two arms differ only
 a seed fixes the data order (the same for both arms) and the sampling.
 
 Data: the Hugging Face dataset ``openai/gsm8k`` (config ``main``) by default, ``--data DIR`` for a local
-copy (``train.jsonl``, ``test.jsonl``). The reward is :func:`spectrum_rft.training.card.gsm8k.score`.
+copy (``train.jsonl``, ``test.jsonl``). The reward is :func:`spectrum_rft.training.gsm8k.data.score`.
 
 Run directory (``--out``): ``config.json`` (effective config + arm), ``code_revision.json``,
 ``metrics.jsonl`` (TRL's log, one line per step: reward, loss, grad_norm, logprob_gap, entropy,
@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from spectrum_rft.training.card import gsm8k as gsm
+from spectrum_rft.training.gsm8k import data as gsm
 from spectrum_rft.training.provenance import (append_jsonl, code_revision, evaluator_identity, item_manifest,
                                               manifest_sha256, sha256_file, write_json)
 from spectrum_rft.training.sc_options import check_loss_options
@@ -265,7 +265,7 @@ def run_card(cfg: CardConfig, reward: Callable | None = None, sampler: Any = Non
     eos_ids = eos_token_ids(tok, model_dir)
     decoding = {"greedy": True, "temperature": 0, "max_tokens": cfg.eval_max_tokens or cfg.max_tokens,
                 "stop": eos_ids, "sampler": "transformers generate"}
-    evaluator = evaluator_identity(task="gsm8k", metric="accuracy", scorer_sources=["spectrum_rft/training/card/gsm8k.py"],
+    evaluator = evaluator_identity(task="gsm8k", metric="accuracy", scorer_sources=["spectrum_rft/training/gsm8k/data.py"],
                                    prompt_template=gsm.PROMPT_TEMPLATE, parser_rule=gsm.PARSER_RULE,
                                    decoding=decoding, chat_template=getattr(tok, "chat_template", None))
     provenance = {"data_source": gsm.source_name(data_dir), "n_train_items": len(train), "train_order_seed": cfg.seed,

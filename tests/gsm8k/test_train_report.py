@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from spectrum_rft.training.card import report as R
+from spectrum_rft.training.gsm8k import report as R
 
 
 def make_run(root: Path, name: str, arm: str, seed: int, scores: list[float], evaluator: str = "e" * 64,

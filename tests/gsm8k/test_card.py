@@ -19,12 +19,12 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from spectrum_rft.training.card import card as C
-from spectrum_rft.training.card import report as R
+from spectrum_rft.training.gsm8k import card as C
+from spectrum_rft.training.gsm8k import report as R
 from spectrum_rft.training.sc_grpo import loss_and_gradient
 from spectrum_rft.training.train_cli import train_command
 
-GSM8K_FIXTURE = Path(__file__).parent / "fixtures" / "gsm8k"
+GSM8K_FIXTURE = Path(__file__).parent.parent / "fixtures" / "gsm8k"
 # One torch thread: on a shared 2-core runner more threads oversubscribe and run several times slower.
 TINY = ["--data", str(GSM8K_FIXTURE), "--steps", "2", "--prompts", "2", "--group", "2", "--micro-batch", "2",
         "--max-tokens", "16", "--eval-n", "2", "--eval-every", "2", "--threads", "1"]
@@ -267,7 +267,7 @@ def check_run_dir(run: Path, steps: int, eval_steps: list[int], n_eval: int) -> 
     config = json.loads((run / "config.json").read_text())
     assert config["steps"] == steps and config["arm"] and config["model_provenance"]["model"] == "smollm2"
     rev = json.loads((run / "code_revision.json").read_text())
-    assert set(rev["file_sha256"]) >= {"spectrum_rft/training/card/card.py", "spectrum_rft/training/sc_grpo.py",
+    assert set(rev["file_sha256"]) >= {"spectrum_rft/training/gsm8k/card.py", "spectrum_rft/training/sc_grpo.py",
                                        "spectrum_rft/training/loss.py"}
     metrics = [m for m in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "reward" in m]
     assert [m["step"] for m in metrics] == list(range(1, steps + 1))

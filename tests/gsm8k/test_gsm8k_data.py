@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from spectrum_rft.training.card import gsm8k as gsm
+from spectrum_rft.training.gsm8k import data as gsm
 
-FIXTURE = Path(__file__).parent / "fixtures" / "gsm8k"  # a tiny GSM8K-format copy (see its README.md)
+FIXTURE = Path(__file__).parent.parent / "fixtures" / "gsm8k"  # a tiny GSM8K-format copy (see its README.md)
 
 
 @pytest.mark.parametrize("raw, want", [
