@@ -12,6 +12,7 @@ import pytest
 
 from spectrum_rft.baselines import policy_models as spectrum_models
 from spectrum_rft.rollouts.dataset import dataset_adapter, make_rows
+from spectrum_rft.rollouts.scripted import row_metadata
 from spectrum_rft.task.environment import EnvConfig, SpectrumEnv, env_for_row
 
 
@@ -77,7 +78,7 @@ def test_oracle_is_privileged_through_the_row_metadata():
     env, seed = env_for_row(row_id, info)
     env.reset(seed)
     msgs = [{"role": "user", "content": env.observation()["prompt"]}]
-    _, calls = ask("spectrum/oracle", msgs, env.tools(), metadata=spectrum_models.row_metadata(row_id, info))
+    _, calls = ask("spectrum/oracle", msgs, env.tools(), metadata=row_metadata(row_id, info))
     assert calls[0][1]["center_freqs"] == [c for c, _ in env.truth()]
     # without the metadata: a plain-text answer that says so, no tool call
     text, calls = ask("spectrum/oracle", msgs, env.tools())
@@ -86,10 +87,10 @@ def test_oracle_is_privileged_through_the_row_metadata():
     assert calls == [] and "metadata" in text
     # metadata naming another row: the scan shown is not that row's, so no truth is handed out
     text, calls = ask("spectrum/oracle", msgs, env.tools(),
-                      metadata=spectrum_models.row_metadata("someone-else", {"environment_context": {}}))
+                      metadata=row_metadata("someone-else", {"environment_context": {}}))
     assert calls == [] and "not scan 1" in text
     # other policies ignore the metadata
-    _, mem = ask("spectrum/memoryless", msgs, env.tools(), metadata=spectrum_models.row_metadata(row_id, info))
+    _, mem = ask("spectrum/memoryless", msgs, env.tools(), metadata=row_metadata(row_id, info))
     _, mem2 = ask("spectrum/memoryless", msgs, env.tools())
     assert mem == mem2
 
@@ -102,7 +103,7 @@ def test_oracle_on_later_scans_and_the_notepad_path():
                          last=True).advanced
     msgs = [{"role": "user", "content": env.observation()["prompt"]}]
     assert "Your notepad: 10.0" in msgs[0]["content"]
-    _, calls = ask("spectrum/oracle", msgs, env.tools(), metadata=spectrum_models.row_metadata("r-77", info))
+    _, calls = ask("spectrum/oracle", msgs, env.tools(), metadata=row_metadata("r-77", info))
     assert calls[0][1]["center_freqs"] == [c for c, _ in env.truth()] and "notepad_update" in calls[0][1]
 
 

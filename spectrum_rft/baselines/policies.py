@@ -44,7 +44,7 @@ import numpy as np
 
 from spectrum_rft.rollouts.model_calls import Reply
 from spectrum_rft.task.presets import TX_WIDTH
-from spectrum_rft.task.scan_format import ParsedScan, parse_scan  # noqa: F401 (re-exported: what policies read)
+from spectrum_rft.task.scan_format import ParsedScan, parse_scan
 
 
 def _report(centres: Sequence[float], widths: Sequence[float], cap: int, band: tuple[float, float]) -> dict:

@@ -43,7 +43,7 @@ import litellm
 from litellm import CustomLLM, ModelResponse
 
 from spectrum_rft.baselines import policies as sp
-from spectrum_rft.rollouts.scripted import ROW_METADATA_KEY, SCRIPTED_MODEL_PREFIX, is_scripted_model, row_metadata  # noqa: F401
+from spectrum_rft.rollouts.scripted import ROW_METADATA_KEY, SCRIPTED_MODEL_PREFIX, is_scripted_model
 from spectrum_rft.task import scan_format
 from spectrum_rft.task.environment import env_for_row
 from spectrum_rft.task.window import is_scan_message, report_call_ids

@@ -72,7 +72,7 @@ from spectrum_rft.rollouts.episode import Episode, InProcessEpisode
 from spectrum_rft.common.redaction import redact_params, resolve_env_refs
 from spectrum_rft.rollouts.model_calls import (CallStats, ModelCaller, RolloutConfigError, endpoint_of,
                                                model_failure, model_failure_message, reply_deadline)
-from spectrum_rft.rollouts.scripted import SCRIPTED_MODEL_PREFIX, is_scripted_model, row_metadata  # noqa: F401
+from spectrum_rft.rollouts.scripted import is_scripted_model, row_metadata
 from spectrum_rft.task.window import is_scan_message
 
 try:  # eval-protocol >= 0.3.2x; the cloud has run 0.3.23

@@ -23,7 +23,7 @@ from typing import Any, Awaitable, Callable
 import httpx
 import openai
 
-from spectrum_rft.rollouts.failures import (FAILURE_CAUSES, FAULT_OF_CAUSE, MALFORMED_REPLY_TEXT,  # noqa: F401
+from spectrum_rft.rollouts.failures import (FAILURE_CAUSES, FAULT_OF_CAUSE, MALFORMED_REPLY_TEXT,
                                             MISSING_KEY_TEXT, MODEL_FAILURE)
 from spectrum_rft.task.actions import is_unparseable
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from spectrum_rft.common.names import resolve_name
-from spectrum_rft.common.stats import halves, mean_or  # noqa: F401 (halves: re-exported)
+from spectrum_rft.common.stats import halves, mean_or
 
 Interval = tuple[float, float]
 EPS = 1e-9  # MHz: a union (or free spectrum) shorter than this counts as empty

@@ -40,7 +40,6 @@ import math
 
 import torch
 
-from spectrum_rft.training.sc_options import LOSSES  # noqa: F401  (the names, defined where no torch is needed)
 
 WEIGHTS: tuple[str, ...] = ("pg", "is", "tis", "mis")
 TIS_CAP = 2.0
