@@ -9,6 +9,7 @@ bash scripts/install.sh dev,local,train --torch cpu  # llama.cpp built portably,
 export EP_NO_UPLOAD=1 LITELLM_LOCAL_MODEL_COST_MAP=True EP_DISABLE_AUTO_BROWSER=1 OPENAI_API_KEY=dummy
 unset FIREWORKS_API_KEY
 python -m ruff check --quiet .  # the linter (pyproject.toml [tool.ruff]): clean, or the run stops here
+python -m mypy  # the type checker on the rooms pyproject.toml [tool.mypy] names: clean, or the run stops here
 python -m pytest -q
 # the rollout paths again against the eval-protocol the cloud runs (0.3.23), in a venv of its own
 bash scripts/test_cloud_versions.sh

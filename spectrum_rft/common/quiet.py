@@ -16,7 +16,7 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, TextIO
+from typing import IO, Iterator
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # spectrum_rft/
 LOG_NAME = "warnings.log"
@@ -43,20 +43,21 @@ class KeptWarnings:
     out: Path | None = None
     count: int = 0
     log: Path | None = None
-    _file: TextIO | None = None
+    _file: IO[str] | None = None
 
     def keep(self, text: str) -> None:
         self.count += 1
         try:
-            if self._file is None:
+            f = self._file
+            if f is None:
                 if self.out is not None and self.out.is_dir():
                     self.log, mode = self.out / LOG_NAME, "a"
                 else:
                     self.log, mode = self.cache, "w"
                     self.cache.parent.mkdir(parents=True, exist_ok=True)
-                self._file = self.log.open(mode, encoding="utf-8")
-            self._file.write(text)
-            self._file.flush()
+                f = self._file = self.log.open(mode, encoding="utf-8")
+            f.write(text)
+            f.flush()
         except OSError:  # a log that cannot be written never stops the command: the warning goes to stderr
             self.log = None
             sys.stderr.write(text)

@@ -66,7 +66,7 @@ def secrets_by_reference(params: dict[str, Any], prefix: str) -> tuple[dict[str,
 def resolve_env_refs(params: dict[str, Any]) -> dict[str, Any]:
     """``params`` with every ``{"$env": NAME}`` (at any depth) replaced by that environment variable's value;
     ValueError (one line) when it is not set."""
-    out = {}
+    out: dict[str, Any] = {}
     for k, v in params.items():
         if is_env_ref(v):
             name = v[ENV_REF]

@@ -472,7 +472,7 @@ class SpectrumEnv:
         control's seeded random centres of the same count); None without one or on the first scan."""
         s = self._s
         rule = self.config.memory.echo
-        if s is None or rule is None or s.scan == 0 or s.scan >= self.n_scans:
+        if s is None or rule is None or s.echo_rng is None or s.scan == 0 or s.scan >= self.n_scans:
             return None
         return rule(s.prev_report, s.episode.band, s.echo_rng)
 

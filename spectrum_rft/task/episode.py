@@ -34,15 +34,26 @@ class EpisodeDraw:
 
 
 class Preset(Protocol):
-    name: str
-    band: tuple[float, float]
-    n_scans: int
-    max_regions: int
-    report_width: float | None  # fixed reported width, or None when reports carry bandwidths
-    default_width: float  # width used for a report without bandwidths when report_width is None
-    # True: ``episode(seed)`` reads the seed as the run index of a fixed schedule (bench90), so a row must
-    # pin it (``environment_context["seed"]``); it is never hashed from the row id.
-    seed_is_run_index: bool
+    """What the env reads of a preset (read-only: the presets are frozen dataclasses)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def band(self) -> tuple[float, float]: ...
+    @property
+    def n_scans(self) -> int: ...
+    @property
+    def max_regions(self) -> int: ...
+    @property
+    def report_width(self) -> float | None:
+        """Fixed reported width, or None when reports carry bandwidths."""
+    @property
+    def default_width(self) -> float:
+        """Width used for a report without bandwidths when report_width is None."""
+    @property
+    def seed_is_run_index(self) -> bool:
+        """True: ``episode(seed)`` reads the seed as the run index of a fixed schedule (bench90), so a row must
+        pin it (``environment_context["seed"]``); it is never hashed from the row id."""
 
     def episode(self, seed: int) -> EpisodeDraw:
         """The whole episode for a seed (band, truth and every scan)."""
