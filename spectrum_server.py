@@ -1,7 +1,7 @@
 """Serve the spectrum McpGym over streamable HTTP (the design card's entry point; the code is
 :mod:`spectrum_rft.rollouts.server_main`).
 
-    python spectrum_server.py --port 9700 [--host 127.0.0.1] [--preset default] [--parent-pid PID]
+    python spectrum_server.py --port 9700 [--host 127.0.0.1] [--parent-pid PID]
 """
 
 import sys

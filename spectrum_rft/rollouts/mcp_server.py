@@ -235,11 +235,10 @@ class RowToolsMCP(FastMCP):
 class SpectrumMcp(McpGym):
     """``McpGym`` over :class:`SpectrumEnv` (see the module docstring)."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 8000, preset: str = "default", *,
-                 session_idle_s: float | None = IDLE_S_DEFAULT, max_sessions: int | None = MAX_SESSIONS_DEFAULT,
-                 **kwargs: Any):
-        """``session_idle_s``, ``max_sessions``: the bounds of :class:`SessionLimits` (None: off)."""
-        self.preset_name = preset
+    def __init__(self, host: str = "127.0.0.1", port: int = 8000, *, session_idle_s: float | None = IDLE_S_DEFAULT,
+                 max_sessions: int | None = MAX_SESSIONS_DEFAULT, **kwargs: Any):
+        """``session_idle_s``, ``max_sessions``: the bounds of :class:`SessionLimits` (None: off). Every session
+        lists its own row's tools (:class:`RowToolsMCP`), so the server has no preset of its own."""
         self.rollouts: weakref.WeakKeyDictionary[Any, SpectrumEnv] = weakref.WeakKeyDictionary()
         self.requests: dict[str, int] = {}  # "METHOD /path STATUS" -> count (see /control/stats)
         self.rollouts_created = 0

@@ -1,6 +1,6 @@
 """Serve the spectrum McpGym (:mod:`spectrum_rft.rollouts.mcp_server`) over streamable HTTP.
 
-    python spectrum_server.py --port 9700 [--host 127.0.0.1] [--preset default] [--parent-pid PID]
+    python spectrum_server.py --port 9700 [--host 127.0.0.1] [--parent-pid PID]
                               [--session-idle-s 1800] [--max-sessions 1024]
 
 ``SpectrumMcpRolloutProcessor`` (``mcp_client.SpectrumServer``) starts it as ``python <abs path> --port N
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="spectrum_server.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
     ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--preset", default="default", help="preset whose band limits the tool descriptions quote")
+    ap.add_argument("--preset", default=None, help=argparse.SUPPRESS)  # ignored: each session lists its own row's tools
     ap.add_argument("--parent-pid", type=int, default=None, help="exit when this process exits")
     ap.add_argument("--session-idle-s", type=float, default=IDLE_S_DEFAULT, metavar="S",
                     help="end a session with no request for S seconds (a client that vanished); must exceed a "
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--session-idle-s and --max-sessions must be >= 0 (0: off)")
     if a.parent_pid:
         _exit_with_parent(a.parent_pid)
-    server = SpectrumMcp(host=a.host, port=a.port, preset=a.preset, session_idle_s=a.session_idle_s or None,
+    server = SpectrumMcp(host=a.host, port=a.port, session_idle_s=a.session_idle_s or None,
                          max_sessions=a.max_sessions or None)
     quiet_logging(a.log_level)  # after FastMCP's own logging set-up
     if not a.profile:
