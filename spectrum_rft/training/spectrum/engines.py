@@ -146,9 +146,10 @@ def add_engine_flag(ap: Any) -> None:
 
 def engine_missing(name: str) -> str | None:
     """None when engine ``name`` can run here; else one line that says why not (unknown, or not installed)."""
-    if name not in ENGINES:
-        return f"unknown engine {name!r}; one of {', '.join(ENGINES)}"
-    return ENGINES[name].missing()
+    try:
+        return engine_kind(name).missing()
+    except ValueError as e:  # unknown: engine_kind's one line
+        return str(e)
 
 
 def register_engine(name: str, kind: EngineKind) -> None:
