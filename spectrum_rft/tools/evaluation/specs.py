@@ -25,7 +25,8 @@ class ModelSpec:
 
     label: str
     params: dict[str, Any] = field(default_factory=dict)
-    local: bool = False  # started by this run (spectrum_rft.tools.local_llm.local_server)
+    local: bool = False  # started by this run (spectrum_rft.tools.local_llm.local_server, or hf_server when served)
+    served: tuple[str, str] | None = None  # hf:DIR@ENGINE: (DIR, ENGINE), served by serve-hf for the run
     secrets: dict[str, str] = field(default_factory=dict, repr=False)  # environment variable -> value
 
     @property
@@ -80,16 +81,38 @@ def _check_bare_name(name: str) -> None:
                      "and not a model litellm knows; name a served model with its provider (openai/NAME with --api-base)")
 
 
+HF_PREFIX = "hf:"
+
+
+def hf_model(name: str) -> tuple[str, str]:
+    """``hf:DIR[@ENGINE]`` -> (DIR, ENGINE): a checkpoint directory (or ``smollm2``) served by ``serve-hf`` with a
+    model engine (default transformers) for the run; a DIR that is no model directory is refused in one line."""
+    from pathlib import Path  # noqa: PLC0415
+
+    spec = name[len(HF_PREFIX):]
+    model, _, engine = spec.rpartition("@") if "@" in spec else (spec, "", "transformers")
+    if not model or not engine:
+        raise ValueError(f"{name!r}: expected hf:DIR or hf:DIR@ENGINE (a model directory, or smollm2)")
+    if model != "smollm2" and not (Path(model).expanduser() / "config.json").is_file():
+        raise ValueError(f"{name!r}: {model} is not a model directory (no config.json) and not smollm2")
+    return model, engine
+
+
 def model_specs(names: Sequence[str], *, api_base: str | None = None, tool_choice: str | None = None,
                 extra: dict[str, Any] | None = None) -> list[ModelSpec]:
     """Model names -> specs. A bare policy name (``accumulate``, ``carpet-16``) means ``spectrum/<name>``;
-    ``local`` is the SmolLM2 server this run starts; anything else is a litellm model name, given
+    ``local`` is the SmolLM2 server this run starts, ``hf:DIR[@ENGINE]`` a checkpoint it serves with ``serve-hf``
+    (:func:`hf_model`); anything else is a litellm model name, given
     ``--api-base`` / ``--tool-choice`` / ``--param`` when set."""
     specs: list[ModelSpec] = []
     extra, secrets = secrets_by_reference(dict(extra or {}), "SPECTRUM_EVAL_SECRET")
     for name in names:
         if name == "local":
             specs.append(ModelSpec("local", {**extra}, local=True, secrets=secrets))
+            continue
+        if name.startswith(HF_PREFIX):
+            own = {**extra, **({"tool_choice": tool_choice} if tool_choice else {})}  # "required": under the grammar
+            specs.append(ModelSpec(name, own, local=True, served=hf_model(name), secrets=secrets))
             continue
         model = name
         if not name.startswith(POLICY_PREFIX) and "/" not in name and _is_policy_name(name):

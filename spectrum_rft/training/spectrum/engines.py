@@ -14,12 +14,16 @@ who computed the logits. Built-in (:data:`ENGINES`):
 * ``vllm`` (:class:`~spectrum_rft.training.spectrum.vllm_engine.VllmEngine`): vLLM's offline engine, float32,
   the same grammar through vLLM's structured outputs; not a dependency (:func:`~spectrum_rft.training.spectrum.
   vllm_engine.vllm_missing` says how to get it).
+* ``llama.cpp`` (:class:`~spectrum_rft.training.spectrum.llamacpp_engine.LlamaCppEngine`): the directory's GGUF
+  weights in llama-cpp-python (the ``local`` extra), decoded by our own loop with the same grammar mask.
 
 A new backend is one class with :meth:`Engine.complete` (and :meth:`Engine.shared_prefix`, a no-op where the
 backend caches prefixes itself) registered with :func:`register_engine`: ``--engine NAME`` of both commands
-then offers it (``tests/test_engines.py`` runs a test-only one through both). The evaluator's other local
-model, llama.cpp's server (:mod:`spectrum_rft.tools.local_llm`), renders and parses itself behind its own HTTP
-endpoint: it is an OpenAI-compatible server, not an engine of token prompts.
+then offers it (``tests/test_engines.py`` runs a test-only one through both), and so does the evaluator
+(``spectrum-rft eval --model hf:DIR@NAME`` serves DIR with ``serve-hf --engine NAME`` for the run). The
+evaluator's ``local`` model is llama.cpp's own OpenAI-compatible server (:mod:`spectrum_rft.tools.local_llm`),
+which renders and parses with llama.cpp's chat format: a different model of the same weights, kept as the
+product's reference small LLM; ``hf:smollm2@llama.cpp`` is those weights through this seam.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Protocol, Sequence
 
+from spectrum_rft.training.spectrum.llamacpp_engine import LlamaCppEngine, llamacpp_missing
 from spectrum_rft.training.spectrum.sampler import GrammarError
 from spectrum_rft.training.spectrum.vllm_engine import EVAL_MEMORY, VllmEngine, vllm_missing
 
@@ -133,15 +138,18 @@ class TransformersEngine:
 ENGINES: dict[str, EngineKind] = {
     "transformers": EngineKind(lambda d, tok, o: TransformersEngine(d, tok, o)),
     "vllm": EngineKind(lambda d, tok, o: VllmEngine(d, tok, memory_fraction=o.vllm_memory), vllm_missing),
+    "llama.cpp": EngineKind(lambda d, tok, o: LlamaCppEngine(d, tok, threads=o.threads), llamacpp_missing),
 }
+BUILT_IN = tuple(ENGINES)
 
 
 def add_engine_flag(ap: Any) -> None:
     """``--engine`` on an argparse parser (scan-eval and serve-hf): the registered engines' names."""
     ap.add_argument("--engine", default="transformers", choices=tuple(ENGINES),
-                    help="who computes the completions: transformers (float32, the sampler GRPO trains with) or vllm "
+                    help="who computes the completions: transformers (float32, the sampler GRPO trains with), vllm "
                          "(vLLM's offline engine, float32, the same grammar: the same greedy completions; vLLM must be "
-                         "installed: docs/TRAINING.md), or an engine registered with engines.register_engine")
+                         "installed: docs/TRAINING.md), llama.cpp (the model directory's GGUF weights, the same "
+                         "grammar; the local extra), or an engine registered with engines.register_engine")
 
 
 def engine_missing(name: str) -> str | None:
@@ -155,7 +163,7 @@ def engine_missing(name: str) -> str | None:
 def register_engine(name: str, kind: EngineKind) -> None:
     """Add a backend (a plugin, a test-only engine): ``--engine NAME`` of ``scan-eval`` and ``serve-hf`` builds it
     with ``kind.build`` (parsers built after this call list it). A built-in name cannot be replaced."""
-    if name in ("transformers", "vllm"):
+    if name in BUILT_IN:
         raise ValueError(f"engine {name!r} is built in")
     ENGINES[name] = kind
 

