@@ -140,5 +140,7 @@ def test_an_engine_that_cannot_run_here_is_one_line_before_any_model_is_loaded(m
                    "spectrum-rft serve-hf: --engine absent: the absent engine needs `pip install absent`"]
     with pytest.raises(ValueError, match="built in"):
         E.register_engine("transformers", E.EngineKind(never))
-    with pytest.raises(ValueError, match="unknown engine 'nope'; one of transformers, vllm, absent"):
+    with pytest.raises(ValueError, match="built in"):
+        E.register_engine("llama.cpp", E.EngineKind(never))
+    with pytest.raises(ValueError, match=r"unknown engine 'nope'; one of transformers, vllm, llama.cpp, absent"):
         E.make_engine("nope", tmp_path, None)
