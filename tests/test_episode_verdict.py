@@ -73,7 +73,13 @@ def test_a_real_checkpoint_that_reports_too_few_scans_cannot_be_learned(tmp_path
 def test_too_few_bands_or_seeds_is_inconclusive(tmp_path):
     assert arms(tmp_path, WARM[:23], [WARM[:23] + 0.1] * 3, [WARM[:23]] * 3)["verdict"] == "inconclusive"
     v = arms(tmp_path / "b", WARM, [WARM + 0.1] * 2, [WARM] * 3)
-    assert v["verdict"] == "inconclusive" and "2 real" in v["why"]
+    assert v["verdict"] == "inconclusive" and "2 real" in v["why"] and "u" not in v
+    # the numbers so far are shown, labelled provisional, never as the rule's
+    assert v["provisional"]["u"] == pytest.approx(0.1) and v["provisional"]["d"] == pytest.approx(0.1)
+    assert v["provisional"]["se_u"] == pytest.approx(0, abs=1e-9)
+    line = [x for x in V.format_verdict(v) if "provisional" in x]
+    assert len(line) == 1 and "u = +0.1000" in line[0] and "d = +0.1000" in line[0]
+    assert "provisional" not in arms(tmp_path / "c", WARM, [WARM + 0.1] * 3, [WARM] * 3)
 
 
 def test_folders_the_rule_cannot_judge_are_refused_in_one_line(tmp_path):

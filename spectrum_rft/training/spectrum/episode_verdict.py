@@ -166,6 +166,10 @@ def whole_verdict(warm: dict, real: dict[int, dict], control: dict[int, dict]) -
                          for m in (METRIC, *SECONDARY)} for name, e in names},
     }
     if len(bands) < MIN_BANDS or len(real) < MIN_SEEDS or len(control) < MIN_SEEDS:
+        if len(bands) >= 2 and real:  # the numbers so far, labelled provisional: never a verdict
+            out["provisional"] = {"u": float(u_b.mean()), "se_u": bootstrap_se(u_b)}
+            if control:
+                out["provisional"].update(d=float(d_b.mean()), se_d=bootstrap_se(d_b))
         return {**out, "verdict": "inconclusive",
                 "why": f"needs >= {MIN_BANDS} bands and >= {MIN_SEEDS} seeds per arm (have {len(bands)} bands, "
                        f"{len(real)} real and {len(control)} control seeds)"}
@@ -259,5 +263,9 @@ def format_verdict(v: dict) -> list[str]:
                      "   ".join(f"{k} {m[k]:+.4f}" if m[k] is not None else f"{k} n/a" for k in m))
     if "u" in v:
         lines.append(f"  u = {v['u']:+.4f} (SE {v['se_u']:.4f})   d = {v['d']:+.4f} (SE {v['se_d']:.4f})")
+    elif "provisional" in v:
+        p = v["provisional"]
+        lines.append(f"  provisional, not the rule's (fewer seeds or bands than it needs): u = {p['u']:+.4f} (SE "
+                     f"{p['se_u']:.4f})" + (f"   d = {p['d']:+.4f} (SE {p['se_d']:.4f})" if "d" in p else ""))
     lines.append(f"  verdict: {v['verdict'].upper()} ({v['why']})")
     return lines
