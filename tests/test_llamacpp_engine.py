@@ -134,3 +134,20 @@ def test_the_evaluator_serves_a_checkpoint_through_an_engine_for_the_run(tmp_pat
     bad = subprocess.run([sys.executable, "-m", "spectrum_rft", "eval", "--model", f"hf:{tmp_path}/nothing@llama.cpp"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "not a model directory" in bad.stderr
+
+
+def test_hf_model_names_a_directory_and_an_engine(tmp_path):
+    from spectrum_rft.tools.evaluation.specs import hf_model, model_specs
+
+    d = tmp_path / "ck@v2"  # an @ inside the path: the engine is what follows the last one
+    d.mkdir()
+    (d / "config.json").write_text("{}")
+    assert hf_model(f"hf:{d}") == (str(d), "transformers")
+    assert hf_model(f"hf:{d}@vllm") == (str(d), "vllm")
+    assert hf_model("hf:smollm2@llama.cpp") == ("smollm2", "llama.cpp")
+    for bad in ("hf:", "hf:@llama.cpp", f"hf:{d}@", f"hf:{tmp_path}/missing"):
+        with pytest.raises(ValueError, match="hf:DIR|not a model directory"):
+            hf_model(bad)
+    [spec] = model_specs([f"hf:{d}@llama.cpp"], tool_choice="required", extra={"max_tokens": 99})
+    assert spec.local and spec.served == (str(d), "llama.cpp") and spec.label == f"hf:{d}@llama.cpp"
+    assert spec.params == {"max_tokens": 99, "tool_choice": "required"}  # the server's api_base joins at start

@@ -90,7 +90,8 @@ def hf_model(name: str) -> tuple[str, str]:
     from pathlib import Path  # noqa: PLC0415
 
     spec = name[len(HF_PREFIX):]
-    model, _, engine = spec.rpartition("@") if "@" in spec else (spec, "", "transformers")
+    whole = spec == "smollm2" or (Path(spec).expanduser() / "config.json").is_file()  # a DIR with an @ in its path
+    model, _, engine = (spec, "", "transformers") if whole or "@" not in spec else spec.rpartition("@")
     if not model or not engine:
         raise ValueError(f"{name!r}: expected hf:DIR or hf:DIR@ENGINE (a model directory, or smollm2)")
     if model != "smollm2" and not (Path(model).expanduser() / "config.json").is_file():
