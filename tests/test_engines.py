@@ -138,6 +138,9 @@ def test_an_engine_that_cannot_run_here_is_one_line_before_any_model_is_loaded(m
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["spectrum-rft scan-eval: --engine absent: the absent engine needs `pip install absent`",
                    "spectrum-rft serve-hf: --engine absent: the absent engine needs `pip install absent`"]
+    assert serve.main(["--model", str(tmp_path), "--engine", "nope"]) == 2  # an unknown name: one line, no usage block
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "spectrum-rft serve-hf: --engine nope: unknown engine 'nope'; one of transformers, vllm, llama.cpp, absent"]
     with pytest.raises(ValueError, match="built in"):
         E.register_engine("transformers", E.EngineKind(never))
     with pytest.raises(ValueError, match="built in"):

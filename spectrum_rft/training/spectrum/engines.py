@@ -145,7 +145,9 @@ BUILT_IN = tuple(ENGINES)
 
 def add_engine_flag(ap: Any) -> None:
     """``--engine`` on an argparse parser (scan-eval and serve-hf): the registered engines' names."""
-    ap.add_argument("--engine", default="transformers", choices=tuple(ENGINES),
+    # no argparse choices: an unknown name is refused by engine_missing in one line (the commands check it first),
+    # not by a usage block
+    ap.add_argument("--engine", default="transformers", metavar="{" + ",".join(ENGINES) + "}",
                     help="who computes the completions: transformers (float32, the sampler GRPO trains with), vllm "
                          "(vLLM's offline engine, float32, the same grammar: the same greedy completions; vLLM must be "
                          "installed: docs/TRAINING.md), llama.cpp (the model directory's GGUF weights, the same "

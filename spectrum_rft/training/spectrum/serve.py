@@ -227,6 +227,9 @@ def main(argv: list[str] | None = None) -> int:
                          "formed call per reply, as constrained training samples); without it a request asks with "
                          "tool_choice 'required'")
     a = ap.parse_args(argv)
+    if (missing := engine_missing(a.engine)) is not None:
+        print(f"spectrum-rft serve-hf: --engine {a.engine}: {missing}", file=sys.stderr)
+        return 2
     if a.model == DEFAULT_MODEL:  # the wheel's SmolLM2, converted once (what training starts from)
         try:
             a.model = str(resolve_model_dir(a.model, RunConfig.cache_dir)[0])
@@ -235,9 +238,6 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     if not (Path(a.model) / "config.json").is_file():
         print(f"spectrum-rft serve-hf: {a.model}: not a model directory (no config.json)", file=sys.stderr)
-        return 2
-    if (missing := engine_missing(a.engine)) is not None:
-        print(f"spectrum-rft serve-hf: --engine {a.engine}: {missing}", file=sys.stderr)
         return 2
 
     def stop(signum: int, frame: Any) -> None:
