@@ -94,7 +94,8 @@ def test_decoding_is_deterministic_and_the_kept_prefix_changes_nothing(engine, t
     assert engine.complete([a], tools=tools, temperature=0, max_new_tokens=40) == first
     assert engine.complete([a, a], tools=tools, temperature=0, max_new_tokens=40) == first * 2  # a prompt the cache holds
     s1 = engine.complete([a], tools=tools, temperature=1.0, max_new_tokens=40, seed=5)
-    assert engine.complete([b], temperature=1.0, max_new_tokens=40, seed=5) != s1
+    free5 = engine.complete([a], temperature=1.0, max_new_tokens=40, seed=5)
+    assert engine.complete([a], temperature=1.0, max_new_tokens=40, seed=6) != free5  # the seed is what samples
     assert engine.complete([a], tools=tools, temperature=1.0, max_new_tokens=40, seed=5) == s1
     [(free, finished)] = engine.complete([a], temperature=0, max_new_tokens=7)
     assert len(free) == 7 and not finished  # cut at max_new_tokens: not ended

@@ -89,12 +89,16 @@ def hf_model(name: str) -> tuple[str, str]:
     model engine (default transformers) for the run; a DIR that is no model directory is refused in one line."""
     from pathlib import Path  # noqa: PLC0415
 
+    def is_model(path: str) -> bool:
+        return path == "smollm2" or (Path(path).expanduser() / "config.json").is_file()
+
     spec = name[len(HF_PREFIX):]
-    whole = spec == "smollm2" or (Path(spec).expanduser() / "config.json").is_file()  # a DIR with an @ in its path
-    model, _, engine = (spec, "", "transformers") if whole or "@" not in spec else spec.rpartition("@")
+    if is_model(spec):  # the default engine (also a directory with an @ in its path)
+        return spec, "transformers"
+    model, at, engine = spec.rpartition("@")
     if not model or not engine:
         raise ValueError(f"{name!r}: expected hf:DIR or hf:DIR@ENGINE (a model directory, or smollm2)")
-    if model != "smollm2" and not (Path(model).expanduser() / "config.json").is_file():
+    if not is_model(model):
         raise ValueError(f"{name!r}: {model} is not a model directory (no config.json) and not smollm2")
     return model, engine
 
