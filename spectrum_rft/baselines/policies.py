@@ -247,10 +247,10 @@ def make_policy(name: str, seed: int = 0) -> Policy | None:
         return Explore(int(m.group(1)), seed)
     m = re.fullmatch(r"(carpet|random)-(\d+)", name)
     if m:
-        k = int(m.group(2))
-        if k < 1:
+        n = int(m.group(2))
+        if n < 1:
             raise ValueError(f"{name}: K must be >= 1")
-        return Carpet(k) if m.group(1) == "carpet" else RandomK(k, seed)
+        return Carpet(n) if m.group(1) == "carpet" else RandomK(n, seed)
     m = _PAD.fullmatch(name)
     if m:
         base, rnd, k, carpet, shift, s, dup = m.groups()
@@ -284,7 +284,8 @@ class ScriptedModel:
         self.calls = 0
 
     async def __call__(self, messages: list[dict], tools: list[dict], ep, stats):
-        if self.policy is None:
+        policy = self.policy
+        if policy is None:
             action = oracle_report(ep.env.truth())
         else:
             if ep.scan != self.seen:
@@ -293,10 +294,12 @@ class ScriptedModel:
                 if scan is None:
                     raise ValueError(f"{self.name}: no scan in the messages the driver sent")
                 if not self.history:
-                    self.policy = make_policy(self.name, self.seed + ep.scan)
-                self.policy.observe(scan if self.read_echo else dataclasses.replace(scan, echo=None))
+                    fresh = make_policy(self.name, self.seed + ep.scan)
+                    assert fresh is not None  # the name made a policy at construction: not the oracle
+                    policy = self.policy = fresh
+                policy.observe(scan if self.read_echo else dataclasses.replace(scan, echo=None))
                 self.seen = ep.scan
-            action = self.policy.act()
+            action = policy.act()
         if not self.widths:
             action = {"center_freqs": action["center_freqs"]}
         self.calls += 1

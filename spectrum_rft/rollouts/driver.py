@@ -32,7 +32,7 @@ from typing import Any, Awaitable, Callable
 from spectrum_rft.rollouts.dataset import FIRST_USER_MESSAGE
 from spectrum_rft.rollouts.failures import SKIP_MODEL_FAILURE
 from spectrum_rft.rollouts.episode import Episode, Opening
-from spectrum_rft.rollouts.model_calls import (CallStats, ModelCaller, Reply, RolloutConfigError, model_failure,
+from spectrum_rft.rollouts.model_calls import (CallStats, ModelCaller, ModelFn, RolloutConfigError, model_failure,
                                                model_failure_message)
 from spectrum_rft.task.memory import memory_mode
 from spectrum_rft.task.scan_format import with_next_scan
@@ -79,7 +79,7 @@ async def run_tools(episode: Episode, tool_calls: Any, transcript: list[dict], s
     return closer
 
 
-async def drive(ep: Episode, opening: Opening, transcript: list[dict], model: ModelCaller, stats: CallStats, *,
+async def drive(ep: Episode, opening: Opening, transcript: list[dict], model: ModelFn, stats: CallStats, *,
                 icl_token_budget: int | None = None, on_scan: Callable[[int], None] | None = None) -> None:
     """Play the episode ``ep`` (started: ``opening``) to its end against ``model``, appending every message to
     ``transcript`` (which holds the opening messages). ``on_scan(k)`` is called when scan ``k`` (0-based)
@@ -128,7 +128,7 @@ async def drive(ep: Episode, opening: Opening, transcript: list[dict], model: Mo
                 transcript.append({"role": "user", "content": nudge})
 
 
-def drive_now(ep: Episode, model: Callable[..., Awaitable[Reply | None]], *,
+def drive_now(ep: Episode, model: ModelFn, *,
               transcript: list[dict] | None = None) -> CallStats:
     """Start ``ep`` and :func:`drive` it to its end at once, for an episode and a model that never wait (the
     env in this process, a scripted policy in this process: the audit, bench90, the TRL adapter's scan
@@ -140,7 +140,7 @@ def drive_now(ep: Episode, model: Callable[..., Awaitable[Reply | None]], *,
     async def run() -> None:
         opening = await ep.start()
         messages = [{"role": "system", "content": opening.system_prompt}] if transcript is None else transcript
-        await drive(ep, opening, messages, model, stats)  # type: ignore[arg-type]  (a ModelCaller's shape)
+        await drive(ep, opening, messages, model, stats)
 
     coro = run()
     try:

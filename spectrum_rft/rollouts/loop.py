@@ -91,7 +91,7 @@ except ImportError:  # pragma: no cover - older eval-protocol
 _NOT_FOR_LITELLM = ("use_caching",)
 
 
-def mark_model_failure(row: EvaluationRow, cause: str, requests: int, detail: str, endpoint: str) -> None:
+def mark_model_failure(row: EvaluationRow, cause: str | None, requests: int, detail: str, endpoint: str) -> None:
     """Make ``row`` the error row of a rollout whose model never produced a usable reply (the contract read by
     ``spectrum-rft eval`` and :func:`spectrum_rft.rollouts.row_result.evaluate_row`):
 

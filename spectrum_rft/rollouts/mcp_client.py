@@ -41,11 +41,7 @@ from typing import Any, AsyncIterator
 
 import httpx
 from mcp.client.session import ClientSession
-try:  # mcp >= 1.24 (what eval-protocol 0.3.23 and 0.3.33 resolve under requirements.txt: the newest 1.x)
-    from mcp.client.streamable_http import streamable_http_client
-except ImportError:  # pragma: no cover - an older mcp 1.x: only the name that 1.30 deprecates
-    streamable_http_client = None
-    from mcp.client.streamable_http import streamablehttp_client
+from mcp.client.streamable_http import streamable_http_client  # mcp >= 1.24 (pyproject.toml)
 from mcp.types import CallToolResult, Implementation
 from pydantic import AnyUrl
 
@@ -107,9 +103,10 @@ class McpEpisode:
     async def start(self) -> Opening:
         d = json.loads(_text(await self.session.read_resource(AnyUrl(EPISODE_URI))))
         self.done, self.scan, self.prompt = bool(d["done"]), int(d["scan"]), d["prompt"]
-        tools = [{"type": "function", "function": {"name": t.name, "description": t.description,
-                                                   "parameters": t.inputSchema}}
-                 for t in (await self.session.list_tools()).tools if t.name not in PROTOCOL_TOOLS]
+        listed = (await self.session.list_tools()).tools
+        tools: list[dict[str, Any]] = [
+            {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.inputSchema}}
+            for t in listed if t.name not in PROTOCOL_TOOLS]
         for t in tools:
             p = t["function"]["parameters"]
             props = {k: (v or {}).get("type") for k, v in (p.get("properties") or {}).items()}
@@ -198,21 +195,16 @@ class McpEpisode:
 @contextlib.asynccontextmanager
 async def _mcp_streams(url: str) -> AsyncIterator[tuple]:
     """mcp's streamable-HTTP transport to ``url`` over :func:`_mcp_http_client` (the session is terminated
-    on close): ``streamable_http_client`` with our client, or on an older mcp its deprecated predecessor with
-    our client factory (the same client, with the same defaults)."""
-    if streamable_http_client is not None:
-        async with _mcp_http_client() as client, \
-                streamable_http_client(url, http_client=client, terminate_on_close=True) as streams:
-            yield streams
-    else:  # pragma: no cover - older mcp
-        async with streamablehttp_client(url, terminate_on_close=True, httpx_client_factory=_mcp_http_client) as streams:
-            yield streams
+    on close)."""
+    async with _mcp_http_client() as client, \
+            streamable_http_client(url, http_client=client, terminate_on_close=True) as streams:
+        yield streams
 
 
 @contextlib.asynccontextmanager
 async def mcp_episode(url: str, row: EvaluationRow) -> AsyncIterator[McpEpisode]:
     """An :class:`McpEpisode` for ``row`` on the server at ``url`` (its own connection and env)."""
-    info = Implementation(name="spectrum-rft", version="1", **{CLIENT_INFO_KEY: {
+    info = Implementation.model_validate({"name": "spectrum-rft", "version": "1", CLIENT_INFO_KEY: {
         "row_id": row.input_metadata.row_id, "dataset_info": dict(row.input_metadata.dataset_info or {})}})
     async with _mcp_streams(url) as (read, write, _):
         async with ClientSession(read, write, client_info=info) as session:

@@ -193,7 +193,7 @@ async def _delete_session(app: Any, path: str, host: bytes, port: int, header: b
              "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
              "root_path": "", "headers": [(b"host", host), (header, session_id.encode())],
              "client": ("127.0.0.1", 0), "server": ("127.0.0.1", port), "state": {}}
-    sent = []
+    sent: list[dict] = []
 
     async def receive():
         if sent:
@@ -234,6 +234,8 @@ class RowToolsMCP(FastMCP):
 
 class SpectrumMcp(McpGym):
     """``McpGym`` over :class:`SpectrumEnv` (see the module docstring)."""
+
+    mcp: FastMCP  # McpGym's server, a RowToolsMCP once _register_tools has run
 
     def __init__(self, host: str = "127.0.0.1", port: int = 8000, *, session_idle_s: float | None = IDLE_S_DEFAULT,
                  max_sessions: int | None = MAX_SESSIONS_DEFAULT, **kwargs: Any):
@@ -298,7 +300,8 @@ class SpectrumMcp(McpGym):
     def step(self, ctx: Context, name: str, arguments: Any, size: int | None = None) -> CallToolResult:
         """One model tool call (``arguments``: a dict, or the text as the model wrote it) on this connection's env."""
         env, meta = self._begin(ctx)
-        turn = meta.get(TURN_KEY) if isinstance(meta.get(TURN_KEY), dict) else {}
+        turn = meta.get(TURN_KEY)
+        turn = turn if isinstance(turn, dict) else {}
         first, last = bool(turn.get("first", True)), bool(turn.get("last", True))  # default: one call, one turn
         scan = env.scan_index
         res = env.call_tool(name, arguments, first=first, last=last, size=size)

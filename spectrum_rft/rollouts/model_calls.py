@@ -177,6 +177,11 @@ class CallStats:
         return self.model_calls == 0 and self.cause is not None
 
 
+# what the episode driver asks for each reply: ``model(messages, tools, episode, stats)`` -> a reply, or None when
+# every try failed (a :class:`ModelCaller` around a chat endpoint, or a scripted model in this process)
+ModelFn = Callable[[list[dict], list[dict], Any, CallStats], Awaitable[Reply | None]]
+
+
 class ModelCaller:
     """One model call with bounded retries around ``request(messages, tools)``.
 
