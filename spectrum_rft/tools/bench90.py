@@ -148,7 +148,8 @@ def add_gain(result: dict, stateless: dict | None) -> dict:
     when the stateless result has the same runs). A failed result (or stateless baseline, or run) has no gain."""
     ok = stateless is not None and not stateless.get("failed") and not result.get("failed")
     result["stateless_mean_avail"] = None if stateless is None else stateless["mean_avail"]
-    result["gain_over_stateless"] = result["mean_avail"] - stateless["mean_avail"] if ok else None
+    result["gain_over_stateless"] = (result["mean_avail"] - stateless["mean_avail"]
+                                     if ok and stateless is not None else None)  # ok holds stateless is not None
     base = {r["run"]: r["mean_avail"] for r in (stateless or {}).get("per_run", []) if not r.get("failed")}
     for r in result["per_run"]:
         r["gain_over_stateless"] = r["mean_avail"] - base[r["run"]] if r["run"] in base and not r.get("failed") \
@@ -179,11 +180,11 @@ def format_table(result: dict) -> str:
         lines.append(f"| {r['run']} | {r['mean_avail']:.3f} | {r['mean_occ']:.3f} | "
                      + " | ".join(f"{v:.3f}" for v in r["stage_means"])
                      + f" | {r['first10']:.3f} | {r['last10']:.3f} | {g} |")
-    g = result.get("gain_over_stateless")
+    gain = result.get("gain_over_stateless")
     lines += ["", f"mean available-IoU {result['mean_avail']:.4f}  (occupied-IoU {result['mean_occ']:.4f})",
               f"stage means: {st}", f"first10 {result['first10']:.4f}  last10 {result['last10']:.4f}",
               "gain over stateless: "
-              + ("-" if g is None else f"{g:+.4f} (stateless {result['stateless_mean_avail']:.4f})")]
+              + ("-" if gain is None else f"{gain:+.4f} (stateless {result['stateless_mean_avail']:.4f})")]
     failed = [r for r in result["per_run"] if r.get("failed")]
     if failed:
         lines.append(f"{len(failed)} of {result['runs']} runs FAILED (scored as empty reports in the means)")
@@ -236,6 +237,7 @@ def evaluate(model: str, system: str, runs: int, via: str = "auto", prompt: str 
             clock.finished(row_id(system, run))
 
     if via == "direct":
+        assert pol is not None  # checked above: --via direct plays a scripted policy
         for r in todo:
             done(r, PlayedRun(play_policy(pol, system, r, prompt)))
     elif todo:
@@ -742,9 +744,9 @@ def _main(argv: list[str] | None) -> int:
         sig = getattr(e, "signal", None)
         # counted on disk, not in memory: a signal between a run's append and its entry in store.runs must not
         # make the line say one run fewer than --resume will keep
-        kept = "" if store is None else (f"; {len(store.on_disk())} finished runs are kept in {out / RUNS_FILE}, the same "
-                                         "command with --resume plays the rest")
-        print(f"spectrum-rft bench90: {f'stopped by {sig}' if sig else 'interrupted'}{kept or '; nothing kept (no --out)'}",
+        saved = "" if store is None else (f"; {len(store.on_disk())} finished runs are kept in {store.path}, the same "
+                                          "command with --resume plays the rest")
+        print(f"spectrum-rft bench90: {f'stopped by {sig}' if sig else 'interrupted'}{saved or '; nothing kept (no --out)'}",
               file=sys.stderr)
         return 128 + int(getattr(signal.Signals, sig)) if sig else 130
     except (ValueError, RuntimeError, OSError) as e:

@@ -236,7 +236,7 @@ def start_local_models(specs: list[ModelSpec], stack: ExitStack, bar: Progress) 
                 continue
             bar.model(i, "local: starting llama.cpp")
             server = stack.enter_context(local_server())
-            params = dict(getattr(server, "params", server))  # a LocalServer (its params and a supervisor)
+            params = dict(server.params)  # a LocalServer (its params and a supervisor)
             failure = getattr(server, "failure", None)
             if callable(failure):
                 dogs.append(failure)
@@ -313,8 +313,8 @@ def _checked_settings(preset: str, memory_mode: str | None, reward: str, prompt:
 
     memory_mode = memory_mode or default_memory_mode(prompt)
     check_row_preset(preset)
-    cfg = EnvConfig(preset=preset, memory_mode=memory_mode, reward=reward, prompt=prompt,
-                    **({"max_calls_per_scan": max_calls_per_scan} if max_calls_per_scan is not None else {}))
+    calls = EnvConfig.max_calls_per_scan if max_calls_per_scan is None else max_calls_per_scan  # None: the default
+    cfg = EnvConfig(preset=preset, memory_mode=memory_mode, reward=reward, prompt=prompt, max_calls_per_scan=calls)
     return cfg.preset, memory_mode, cfg.reward
 
 

@@ -135,7 +135,8 @@ def pytest_configure(config: Any) -> None:
             with lock:
                 append_line(path, line)
         except Exception as e:  # noqa: BLE001  (never fail a row over the stream)
-            sys.__stderr__.write(f"spectrum-eval: could not stream a scored row: {e!r}\n")
+            if sys.__stderr__ is not None:  # None only in a process started without a stderr
+                sys.__stderr__.write(f"spectrum-eval: could not stream a scored row: {e!r}\n")
         return out
 
     evaluate_row.spectrum_streamed = True  # type: ignore[attr-defined]

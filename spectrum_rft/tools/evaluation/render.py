@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from spectrum_rft.tools.evaluation.summary import METRICS
 
@@ -80,8 +80,8 @@ def skip_warnings(models: dict[str, dict[str, Any]], displays: dict[str, str] | 
     return out
 
 
-def plot_per_scan(curves: dict[str, Sequence[float]], path: Path, title: str,
-                  bands: dict[str, Sequence[float | None]] | None = None) -> Path:
+def plot_per_scan(curves: Mapping[str, Sequence[float]], path: Path, title: str,
+                  bands: Mapping[str, Sequence[float | None]] | None = None) -> Path:
     """Mean per-scan reward against scan index, one line per model, shaded +- 1 standard error over rows
     where ``bands`` has one (PNG). The Agg canvas is chosen here, for this figure only: nothing global (no
     pyplot, no backend switch at import)."""

@@ -5,6 +5,7 @@ the run's row stream, which the child appends to as it scores: :mod:`.plugin`)."
 from __future__ import annotations
 
 import codecs
+import io
 import json
 import os
 import re
@@ -260,10 +261,11 @@ def run_models(path: str, specs: Sequence[ModelSpec], dataset: Path, rows: int, 
                                 start_new_session=True)
 
         def pump() -> None:
-            assert proc.stdout is not None
+            out = proc.stdout
+            assert isinstance(out, io.BufferedIOBase)  # stdout=PIPE, binary and buffered: a BufferedReader
             decoder = codecs.getincrementaldecoder("utf-8")("replace")  # a character may span two reads
             follow = ProgressFollower()
-            for raw in iter(lambda: proc.stdout.read1(8192), b""):  # type: ignore[union-attr]
+            for raw in iter(lambda: out.read1(8192), b""):
                 text = decoder.decode(raw)
                 chunks.append(text)
                 if progress is None:
@@ -281,7 +283,8 @@ def run_models(path: str, specs: Sequence[ModelSpec], dataset: Path, rows: int, 
 
         reader = threading.Thread(target=pump, daemon=True)
         reader.start()
-        stopped, message = "interrupted", None
+        stopped: str | None = "interrupted"
+        message: str | None = None
         try:
             stopped, message = _wait_child(proc, timeout, watchdogs)
         finally:  # also on an exception: the child never outlives this call

@@ -43,7 +43,9 @@ def row_metric(row: dict, name: str) -> float | None:
 def per_scan_rewards(row: dict) -> list[float]:
     """The per-scan rewards of a scored row: the EvaluateResult's step_outputs (one per scan), else the
     environment's record in ``execution_metadata.extra``."""
-    ev = row.get("evaluation_result") if isinstance(row.get("evaluation_result"), dict) else {}
+    ev = row.get("evaluation_result")
+    if not isinstance(ev, dict):
+        ev = {}
     steps = sorted(ev.get("step_outputs") or [], key=lambda st: st.get("step_index", 0))
     if steps:
         return [float(st.get("base_reward") or 0.0) for st in steps]
@@ -181,7 +183,7 @@ def summarize(rows: Sequence[dict]) -> dict[str, Any]:
     for k, v in faults.items():
         groups[fault_group(k)] = groups.get(fault_group(k), 0) + v
     out["fault_groups"] = dict(sorted(groups.items(), key=lambda kv: (-kv[1], kv[0])))
-    llm = {c: v for k, v in faults.items() if (c := CAUSE_OF_FAULT.get(k))}
+    llm = {cause: v for k, v in faults.items() if (cause := CAUSE_OF_FAULT.get(k))}
     out["llm_failure_cause"] = max(llm, key=lambda c: llm[c]) if llm else None
     scans = [x for x in (row_scans(r) for r in rows) if x is not None]
     out["scans_skipped_total"] = sum(k for k, _ in scans)

@@ -97,7 +97,7 @@ def source_listing(plan: Plan) -> list[str]:
     return lines
 
 
-def _human(n: int) -> str:
+def _human(n: float) -> str:
     for unit in ("bytes", "KiB", "MiB"):
         if n < 1024 or unit == "MiB":
             return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"

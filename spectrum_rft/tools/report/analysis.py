@@ -85,7 +85,7 @@ def analyze_run(name: str, rollouts: Sequence[Rollout], group_by: str) -> dict:
     groups: dict[int, list[Rollout]] = {}
     for x, r in points:
         groups.setdefault(x, []).append(r)
-    per = []
+    per: list[dict[str, Any]] = []  # the report's per-epoch rows (JSON): the axis's int, counts, means or None
     for x in sorted(groups):
         rs = groups[x]
         scores = [r.score for r in rs]
@@ -146,7 +146,7 @@ def compare(treat: dict, ctrl: dict, t_rows: Sequence[Rollout], c_rows: Sequence
         for r in rows:
             if r.fingerprint:
                 acc.setdefault(r.fingerprint, []).append(r.score)
-        return {k: mean(v) for k, v in acc.items()}  # type: ignore[misc]  (v is never empty)
+        return {k: m for k, v in acc.items() if (m := mean(v)) is not None}  # v is never empty: m is never None
 
     tb, cb = by_band(t_rows), by_band(c_rows)
     shared = sorted(set(tb) & set(cb))

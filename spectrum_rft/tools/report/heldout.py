@@ -72,7 +72,7 @@ def _band_means(rows: Sequence[Rollout], metric: str) -> dict[str, float]:
         v = value(r, metric)
         if v is not None:
             acc.setdefault(r.fingerprint or f"row:{r.row_id}", []).append(v)
-    return {k: mean(v) for k, v in acc.items()}  # type: ignore[misc]  (v is never empty)
+    return {k: m for k, v in acc.items() if (m := mean(v)) is not None}  # v is never empty: m is never None
 
 
 def analyze(name: str, train_points: Sequence[tuple[int, Rollout]],

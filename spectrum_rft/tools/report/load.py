@@ -148,9 +148,9 @@ def load_db(path: Path, label: str | None, experiments: Sequence[str], input_ind
                          f"(others: {', '.join(e for e in sorted(by_exp) if e != latest)[:300]}; "
                          "choose with --experiment)")
     runs = {}
-    for e in chosen:
-        name = label if (label and len(chosen) == 1) else (f"{label}:{e}" if label else e)
-        ld = Loaded(rollouts=[_with_run(r, name) for r in by_exp[e]])
+    for exp_id in chosen:
+        name = label if (label and len(chosen) == 1) else (f"{label}:{exp_id}" if label else exp_id)
+        ld = Loaded(rollouts=[_with_run(r, name) for r in by_exp[exp_id]])
         runs[name] = ld
     if runs:
         first = next(iter(runs.values()))

@@ -10,17 +10,18 @@ fingerprint says whether they are), else by row_id within one input.
 
 from __future__ import annotations
 
+import math
 from itertools import combinations
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
-from spectrum_rft.common.stats import mean, standard_error
+from spectrum_rft.common.stats import mean, mean_or, standard_error
 
 from .validate import TABLE_METRICS, Rollout
 
 MAX_ALL_PAIRS = 6  # up to this many runs every pair is shown; beyond, each run against the first
 
 
-def display_names(runs: dict[str, Sequence[Rollout]]) -> dict[str, str]:
+def display_names(runs: Mapping[str, Sequence[Rollout]]) -> dict[str, str]:
     """A run's name in the table: its model where one input holds every run, the input's label where every
     input holds one model of the same name, else ``label:model`` (the run's own name)."""
     sources = {name: {r.source for r in rs} for name, rs in runs.items()}
@@ -47,7 +48,7 @@ def _by_row(rows: Sequence[Rollout], value) -> dict[str, float]:  # noqa: ANN001
         v = value(r)
         if v is not None:
             acc.setdefault(r.row_id, []).append(v)
-    return {k: mean(v) for k, v in acc.items()}  # type: ignore[misc]  (v is never empty)
+    return {k: m for k, v in acc.items() if (m := mean(v)) is not None}  # v is never empty: m is never None
 
 
 def per_scan_curve(rows: Sequence[Rollout]) -> tuple[list[float], list[float | None]]:
@@ -56,13 +57,14 @@ def per_scan_curve(rows: Sequence[Rollout]) -> tuple[list[float], list[float | N
     for r in rows:
         if r.per_scan:
             acc.setdefault(r.row_id, []).append(r.per_scan)
+    # every mean below is of at least one value (n is the longest curve's length): nan never shows
     per_row = []
     for curves in acc.values():
         n = max(len(c) for c in curves)
-        per_row.append([mean(c[i] for c in curves if len(c) > i) for i in range(n)])
+        per_row.append([mean_or((c[i] for c in curves if len(c) > i), math.nan) for i in range(n)])
     n = max((len(c) for c in per_row), default=0)
     cols = [[c[i] for c in per_row if len(c) > i] for i in range(n)]
-    return [mean(col) for col in cols], [standard_error(col) for col in cols]  # type: ignore[misc]
+    return [mean_or(col, math.nan) for col in cols], [standard_error(col) for col in cols]
 
 
 def model_row(name: str, display: str, run: dict, rows: Sequence[Rollout]) -> dict[str, Any]:
@@ -109,7 +111,7 @@ def pairs_to_show(table: list[dict], control: str | None) -> list[tuple[str, str
     return out + [(n, names[0]) for n in names[MAX_ALL_PAIRS:]]
 
 
-def build_table(analyzed: dict[str, dict], rows: dict[str, Sequence[Rollout]], control: str | None) -> dict:
+def build_table(analyzed: dict[str, dict], rows: Mapping[str, Sequence[Rollout]], control: str | None) -> dict:
     """The table of every run and the paired differences (those with no shared band are left out)."""
     names = display_names(rows)
     table = [model_row(n, names[n], analyzed[n], rows[n]) for n in analyzed]

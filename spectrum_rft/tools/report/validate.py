@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from spectrum_rft.rollouts.failures import SKIP_MODEL_FAILURE
 from spectrum_rft.tools.evaluation.summary import error_cause, per_scan_rewards, row_metric
@@ -62,7 +62,7 @@ class Rollout:
     heldout: bool = False  # a held-out evaluation row of a launch (environment_context["split"] == "heldout")
 
 
-def finite(x: Any) -> bool:
+def finite(x: Any) -> TypeGuard[float]:
     """A usable number: finite and within +-MAX_ABS_VALUE (so means and fits cannot overflow)."""
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and abs(x) <= MAX_ABS_VALUE
 
@@ -211,7 +211,9 @@ def _scan_counts(spectrum: dict | None) -> tuple[int, int, int]:
     """(scans, skipped, skipped because the model's requests failed) of the env's record; zeros without one."""
     if not spectrum:
         return 0, 0, 0
-    faults = spectrum.get("faults") if isinstance(spectrum.get("faults"), dict) else {}
+    faults = spectrum.get("faults")
+    if not isinstance(faults, dict):
+        faults = {}
     per_scan = spectrum.get("per_scan_reward")
     n = _count(spectrum.get("n_scans")) or (len(per_scan) if isinstance(per_scan, list) else 0)
     return n, min(n, _count(spectrum.get("scans_skipped"))), min(n, _count(faults.get("skip_" + SKIP_MODEL_FAILURE)))
