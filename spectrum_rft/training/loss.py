@@ -174,6 +174,8 @@ def centring_logit_l1(
                 raise ValueError("give sampler_logp (full form) or head_ids/head_logq (top-k form)")
             c = centring_mass(kind, logp, _f32(sampler_logp))
         else:
+            if head_logq is None:
+                raise ValueError("give head_logq with head_ids (the top-k form)")
             logq_h = _f32(head_logq)
             logp_h = logp.gather(-1, head_ids.long())
             q_h, p_h = torch.exp(logq_h), torch.exp(logp_h)

@@ -126,6 +126,8 @@ class ScoreCentringGRPOTrainer(GRPOTrainer):
     log-prob 0 and no gradient; the importance ratio of the masked and of the unmasked policy to the
     sampler's log-probs is logged per step: ``is_ratio_*`` per token, ``seq_log_ratio_*`` per completion)."""
 
+    args: GRPOConfig  # what GRPOTrainer is given and keeps (Trainer declares the base TrainingArguments)
+
     def __init__(self, *args: Any, loss_kind: str = "pg", score_centering: bool = False, topk: int = 0,
                  sampler: str | SamplerFn = "learner", shared_prefix: bool = False,
                  grammar_masks: MasksFn | None = None, **kwargs: Any):
@@ -223,6 +225,7 @@ class ScoreCentringGRPOTrainer(GRPOTrainer):
             s = self.loss_stats
             s["n_ratio_tokens"] += int(ok.sum())
             s["n_ratio_rows"] += int(row.unique().numel())
+            pairs: tuple[tuple[str, torch.Tensor], ...]  # (which learner, its log-prob of each sampled token)
             if unmasked_y is None:  # no grammar masks: the learner is the model's own (unmasked) policy
                 pairs = (("unmasked", lp_y),)
             else:

@@ -196,8 +196,10 @@ def field_help(cls: type) -> dict[str, str]:
                     for tok in tokenize.generate_tokens(io.StringIO(src).readline) if tok.type == tokenize.COMMENT}
         body = ast.parse(src).body[0]
         for node in getattr(body, "body", []):
-            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and comments.get(node.end_lineno):
-                out[node.target.id] = comments[node.end_lineno]
+            line = node.end_lineno  # None only for a node built by hand, never for a parsed one
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and line is not None \
+                    and comments.get(line):
+                out[node.target.id] = comments[line]
     return out
 
 

@@ -101,7 +101,7 @@ def user_message(item: dict) -> str:
 def load_items(path: Path, split: str, limit: int | None = None) -> list[dict]:
     """Items of the local file ``{path}/{split}.jsonl`` with stable ids ``gsm8k-{split}-{line index}``."""
     f = Path(path) / f"{split}.jsonl"
-    out = []
+    out: list[dict] = []
     with open(f, encoding="utf-8") as fh:
         for i, line in enumerate(fh):
             if limit is not None and len(out) >= limit:
@@ -128,7 +128,7 @@ def load_hf_items(split: str, limit: int | None = None) -> list[dict]:
             f"{type(e).__name__}: {e}. Give a local copy with --data DIR (a folder with train.jsonl and "
             f"test.jsonl, one JSON object a line with 'question' and 'answer')."
         ) from e
-    out = []
+    out: list[dict] = []
     for i, row in enumerate(rows):
         if limit is not None and len(out) >= limit:
             break

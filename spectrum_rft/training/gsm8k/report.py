@@ -20,6 +20,7 @@ import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from spectrum_rft.common.stats import mean, mean_or
 
@@ -91,6 +92,7 @@ def load_run(path: str | Path) -> Run:
 
 def summarise(runs: list[Run]) -> dict:
     """Per-run and per-arm numbers (points), plus the pairing of baseline and treatment arms."""
+    per_run: list[dict[str, Any]]  # JSON rows: each run's numbers under its arm's name and seed
     per_run = [{"run": str(r.path), "arm": r.arm, "seed": r.seed, "peak": r.peak, "final": r.final,
                 "drop": r.drop, "peak_step": max(r.scores, key=lambda x: x[1])[0], "final_step": r.scores[-1][0],
                 "steps_logged": len(r.metrics),
@@ -283,8 +285,7 @@ def main(argv: list[str] | None = None) -> int:
             notes.append(f"{n} seed(s) per arm; the card averages over {CARD_SEEDS}")
         if b.split("-")[0] == "is":
             notes.append("w(r)=r: IS and IS+centring have identical gradients by construction")
-        cl = [m.get("centring_l1") for r in scored if r.arm in (b, t) for m in r.metrics
-              if m.get("centring_l1") is not None]
+        cl = [c for r in scored if r.arm in (b, t) for m in r.metrics if (c := m.get("centring_l1")) is not None]
         if cl:
             notes.append(f"mean centring term size (logit-space L1 per unit advantage): {mean(cl):.3g}"
                          + (" -- zero: the two arms cannot differ" if max(cl) == 0 else ""))

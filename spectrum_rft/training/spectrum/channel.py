@@ -49,12 +49,13 @@ def _scores(row: dict) -> dict[str, dict[str, float]]:
     text = env.reset(**row)
     scan = parse_scan(text)
     acc = make_policy("accumulate")  # reads the echo too: every echoed centre kept, the current peaks added
+    assert acc is not None and scan is not None  # a text policy (only the oracle is None), on the env's scan text
     acc.observe(scan)
     reports = {"memoryless": memoryless_report(text)["center_freqs"], "echo+current": acc.act()["center_freqs"]}
     out = {}
     for name, centres in reports.items():
         judge = copy.deepcopy(env)
-        judge.submit_report(center_freqs=centres)
+        judge.call("submit_report", {"center_freqs": centres})  # what its declared submit_report tool hands on
         m = judge.metrics()
         out[name] = {"score": m["score"], "beyond_current": m["beyond_current"]}
     return out

@@ -44,7 +44,10 @@ class Engine(Protocol):
     """What ``scan-eval`` and ``serve-hf`` ask of a backend."""
 
     name: str  # the backend (its registered name)
-    label: str  # where it ran, for the records (the transformers engine's torch device; ``"vllm"``)
+
+    @property
+    def label(self) -> str:
+        """Where it ran, for the records (the transformers engine's torch device; ``"vllm"``): read only."""
 
     def complete(self, prompts: Sequence[Sequence[int]], *, tools: Sequence[dict] | None = None,
                  temperature: float = 0.0, max_new_tokens: int = 256, seed: int = 0) -> list[Completion]:

@@ -89,7 +89,7 @@ def reported_share(episodes: dict) -> float:
     return sum(b["reported"] for b in episodes["bands"].values()) / scans if scans else 0.0
 
 
-def bootstrap_se(per_band: Sequence[float], n: int = BOOTSTRAP, seed: int = BOOTSTRAP_SEED) -> float:
+def bootstrap_se(per_band: Sequence[float] | np.ndarray, n: int = BOOTSTRAP, seed: int = BOOTSTRAP_SEED) -> float:
     """The SE of the mean over bands: the sd of the means of ``n`` resamples of the bands, with replacement."""
     x = np.asarray(per_band, dtype=float)
     if x.size < 2:

@@ -132,6 +132,7 @@ class LlamaCppEngine:
             if matcher is not None:
                 if matcher.is_terminated():
                     break
+                assert bitmask is not None  # allocated with the matcher
                 matcher.fill_next_token_bitmask(bitmask)
                 allowed = np.unpackbits(bitmask.numpy().view(np.uint8), bitorder="little")[:self.vocab].astype(bool)
                 scores[~allowed] = -np.inf

@@ -152,9 +152,11 @@ def verdict(real: list[TrlRun], control: list[TrlRun]) -> dict:
     if len(rows) < 2:
         return {**out, "verdict": "inconclusive",
                 "why": f"needs >= 2 seeds that ran in both arms (have {len(rows)})"}
-    diffs = [x["real_delta_gain"] - x["control_delta_gain"] for x in rows]
+    diffs = [g - c for x in rows  # rows holds both changes: the None checks only narrow their type
+             if (g := x["real_delta_gain"]) is not None and (c := x["control_delta_gain"]) is not None]
     d = mean(diffs)
     se = standard_error(diffs)
+    assert d is not None and se is not None  # rows (each with both changes) has >= 2 entries: so has diffs
     echo_up = all((x["real_delta_echo_copy"] or 0.0) > 0 for x in rows)
     out.update(d=d, se=se, threshold=2 * se, echo_copy_rises_in_every_real_seed=echo_up,
                real_mean_delta_gain=mean(x["real_delta_gain"] for x in rows),
@@ -202,6 +204,7 @@ def panel_verdict(warm: dict, real: dict[int, dict], control: dict[int, dict],
         return {**out, "verdict": "inconclusive", "why": f"needs >= 2 seeds in both arms (have {len(rows)})"}
     ds = [x["d"] for x in rows]
     d, se = mean(ds), standard_error(ds)
+    assert d is not None and se is not None  # len(ds) == len(rows) >= 2
     all_d, all_u = all(x["d"] > 0 for x in rows), all(x["u"] > 0 for x in rows)
     out.update(d=d, se=se, threshold=2 * se, d_positive_in_every_seed=all_d, u_positive_in_every_seed=all_u)
     if d > 2 * se and all_d and all_u:
@@ -330,7 +333,7 @@ def training_result(runs: list, held: list, panel: dict | None, png_arg: str | N
     verdict, and the curves' PNG (``png_arg``: a path, "" for none, None for the first run's parent)."""
     real = [r for r in runs if r.memory_mode == REAL_ECHO]
     control = [r for r in runs if r.memory_mode == CONTROL_ECHO]
-    result = {"runs": [], "heldout": held, "panel": panel}
+    result: dict = {"runs": [], "heldout": held, "panel": panel}  # the report's JSON: runs, verdicts, the PNG's path
     for r in sorted(runs, key=lambda r: (r.memory_mode, r.seed)):
         entry = {"run": str(r.path), "arm": r.arm, "seed": r.seed, "steps": len(r.steps),
                  "zero_std_mean": mean(r.zero_std), "call_freq_mean": mean(r.call_freq), "group_signal": r.group}

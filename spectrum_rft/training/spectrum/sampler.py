@@ -348,7 +348,8 @@ class GroupSampler:
         if self.compiled_grammar is not None:
             return self.sample(model, prompt_ids, 1, temperature=0.0)[0][0]
         device = next(model.parameters()).device
-        stops, out, last = set(self.stop_ids), [], prompt_ids[-1]
+        stops, last = set(self.stop_ids), prompt_ids[-1]
+        out: list[int] = []
         context = list(prompt_ids[-4:])
         with torch.no_grad():
             cache = self._prefill(model, list(prompt_ids[:-1]))

@@ -141,7 +141,8 @@ class HfChatModel:
                                                          seed=seed)
         except GrammarError as e:
             raise BadRequest(str(e)) from e
-        parsed = parse_response(self.tok, new, prefix=prompt_ids[0].tolist()) if new else {"content": ""}
+        parsed: dict[str, Any] = (parse_response(self.tok, new, prefix=prompt_ids[0].tolist()) if new
+                                  else {"content": ""})
         message: dict[str, Any] = {"role": "assistant", "content": parsed.get("content") or None}
         calls = parsed.get("tool_calls") or []
         if calls:

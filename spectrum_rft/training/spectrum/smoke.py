@@ -156,7 +156,7 @@ def run(stages: dict[str, list[str]], out: Path, *, overwrite: bool = False, sta
     _need(out / "eval" / "summary.json", "eval")
     requests = [x for x in (out / "serve-hf.log").read_text().splitlines() if x.startswith("serve-hf: request")]
     summary = json.loads((out / "eval" / "summary.json").read_text())
-    m = next(iter(summary.get("models", {}).values()), {}) if isinstance(summary.get("models"), dict) else {}
+    m: dict = next(iter(summary.get("models", {}).values()), {}) if isinstance(summary.get("models"), dict) else {}
     done("eval", t0, f"-> {out / 'eval'} ({len(requests)} requests served; score {m.get('score')}, "
                      f"rows errored {m.get('rows_errored')}, scans skipped {m.get('scans_skipped_total')})")
     record = {"stages": times, "total_s": round(time.monotonic() - t_all, 1), "requests": len(requests),

@@ -56,6 +56,7 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -79,7 +80,9 @@ LOGGED_METRICS = (*metric_names("score", "late_mean", "memory_gain", "dormant_re
 def memoryless_report(scan_text: str) -> dict:
     """The memoryless policy's report on one scan text (its peaks' centres, widths left to the default):
     what the SFT warm start teaches, and the reference of ``gain_vs_memoryless``."""
-    action = make_policy("memoryless").act_on([parse_scan(scan_text)])
+    policy, scan = make_policy("memoryless"), parse_scan(scan_text)
+    assert policy is not None and scan is not None  # a text policy (only the oracle is None), on an env's scan text
+    action = policy.act_on([scan])
     return {"center_freqs": action["center_freqs"]}
 
 
@@ -169,7 +172,7 @@ class not_a_tool:
 
     def __init__(self, fn: Callable) -> None:
         self.fn = fn
-        functools.update_wrapper(self, fn)
+        functools.update_wrapper(self, fn)  # type: ignore[arg-type]  # typeshed: a callable; it only copies attributes
 
     def __get__(self, obj: Any, owner: type | None = None) -> Any:
         return self if obj is None else functools.partial(self.fn, obj)
@@ -183,7 +186,7 @@ UNSAID_KEYWORDS = ("minimum", "maximum", "exclusiveMinimum", "maxItems")
 
 def _hint(spec: dict) -> Any:
     if spec.get("type") == "array":
-        return list[_hint(spec.get("items", {}))]
+        return types.GenericAlias(list, _hint(spec.get("items", {})))  # list[<the items' hint>], made at run time
     return _JSON_TYPES[spec["type"]]
 
 
@@ -386,13 +389,14 @@ def tool_env_class(memory_mode: str, preset: str = "default") -> type[ToolEnv]:
 
 def environment_name(memory_mode: str, preset: str = "default") -> str:
     """The ``environment`` column of a row in a run that mixes tool sets (:func:`environment_factories`)."""
-    return tool_env_class(memory_mode, preset).NAME
+    name = tool_env_class(memory_mode, preset).NAME
+    assert name is not None  # tool_env_class names every class it makes (only the base ToolEnv has none)
+    return name
 
 
 def environment_factories(preset: str = "default") -> dict[str, type[ToolEnv]]:
     """TRL's dict form of ``environment_factory``: one entry per tool set (of the registered memory modes)."""
-    classes = [tool_env_class(mode, preset) for mode in MEMORY_MODES]
-    return {cls.NAME: cls for cls in classes}
+    return {environment_name(mode, preset): tool_env_class(mode, preset) for mode in MEMORY_MODES}
 
 
 def tool_env_for(row: dict) -> ToolEnv:

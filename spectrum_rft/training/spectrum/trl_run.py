@@ -164,9 +164,9 @@ class GrpoConfig(Common, GrpoRunConfig):
 # --------------------------------------------------------------------------------------------------
 
 
-def _setup(cfg: Common, resume: bool = False) -> tuple[Path, Path, tuple[Path, int] | None]:
-    """The run directory, the model, and (``resume``) the checkpoint to go on from; the main process
-    writes the config and code revision and resets (or, resuming, cuts back) the record."""
+def _setup(cfg: Common, resume: bool = False) -> tuple[Path, Path | str, tuple[Path, int] | None]:
+    """The run directory, the model (a local directory, or a hub id), and (``resume``) the checkpoint to go on
+    from; the main process writes the config and code revision and resets (or, resuming, cuts back) the record."""
     from spectrum_rft.training.models import resolve_model_dir  # noqa: PLC0415
 
     state = start_process(cfg)
@@ -212,7 +212,7 @@ def run_sft(cfg: SftConfig) -> dict:
         from spectrum_rft.training.trl_common import merge_adapter  # noqa: PLC0415
 
         merge_adapter(model_dir, cfg.from_adapter, out)
-        summary = {"rebuilt_from_adapter": portable_path(cfg.from_adapter)}
+        summary: dict[str, Any] = {"rebuilt_from_adapter": portable_path(cfg.from_adapter)}  # summary.json
         write_json(out / "summary.json", summary)
         return {**summary, "main_process": True}
     from datasets import Dataset  # noqa: PLC0415
@@ -364,7 +364,7 @@ def run_train(cfg: GrpoConfig, callbacks: list | None = None) -> dict:
         sampler = scan_sampler(tok, cfg.mode, preset=cfg.preset, constrained=cfg.constrained,
                                max_new_tokens=cfg.max_completion_length, vocab_size=model.config.vocab_size,
                                batch_groups=cfg.batch_groups, share_preamble=cfg.share_preamble)
-        generation = {"rollout_func": OwnPrefixSampler(sampler, rows, tok, fast=cfg.fast_prefix)
+        generation: dict[str, Any] = {"rollout_func": OwnPrefixSampler(sampler, rows, tok, fast=cfg.fast_prefix)
                       if cfg.echo_history == POLICY_HISTORY else sampler}
         if masked:
             learner["grammar_masks"] = sampler.grammar_masks()
@@ -373,6 +373,7 @@ def run_train(cfg: GrpoConfig, callbacks: list | None = None) -> dict:
         if masked:  # vLLM's structured outputs: the same grammar, replayed per model turn
             learner.update(grammar_masks=GrammarMasks.for_tools(tok, tool_schemas(cfg.mode, cfg.preset),
                                                                 model.config.vocab_size), loss_kind="tis")
+    trainer_class: type[GRPOTrainer]
     if cfg.shared_prefix or learner:  # TRL's on-policy dapo loss (ratio 1: -A log p / tokens), ours
         from spectrum_rft.training.sc_grpo import ScoreCentringGRPOTrainer  # noqa: PLC0415
 
