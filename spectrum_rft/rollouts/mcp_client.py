@@ -67,15 +67,13 @@ SERVER_SCRIPT = str(Path(__file__).resolve().parent / "server_main.py")  # or th
 _SSL_CONTEXT: ssl.SSLContext | None = None
 
 
-def _mcp_http_client(headers: dict[str, str] | None = None, timeout: httpx.Timeout | None = None,
-                     auth: httpx.Auth | None = None) -> httpx.AsyncClient:
+def _mcp_http_client() -> httpx.AsyncClient:
     """mcp's default client, but with ONE shared SSL context: httpx builds a fresh one (loading the CA
     bundle, ~20 ms CPU) for every client, i.e. for every rollout's MCP connection, even for http URLs."""
     global _SSL_CONTEXT
     if _SSL_CONTEXT is None:
         _SSL_CONTEXT = ssl.create_default_context()
-    return httpx.AsyncClient(headers=headers, timeout=timeout or httpx.Timeout(30.0, read=300.0), auth=auth,
-                             follow_redirects=False, verify=_SSL_CONTEXT)
+    return httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=300.0), follow_redirects=False, verify=_SSL_CONTEXT)
 
 
 def _text(result: Any) -> str:
